@@ -1,0 +1,215 @@
+/*
+ * cake: deterministic short causal convolution (width 4) over packed variable-length sequences,
+ * for context-parallel training of linear-attention models.
+ *
+ * Every result is bitwise reproducible: the numerics are fixed by SPEC section 3 (one fp32 fused
+ * multiply-add per tap in a fixed order, round-to-nearest-even bf16 outputs, dw summed over
+ * 256-row blocks by a fixed pairwise tree). Results do not depend on thread count, ISA path,
+ * partition (y, dx) or on whether tensors are passed one by one or together.
+ *
+ * Worked example (one process, the whole batch):
+ *
+ *     int64_t cu[] = {0, 5, 5, 12};              // 3 sequences (the middle one empty), T = 12
+ *     int64_t ch[] = {64};                        // one tensor of 64 channels
+ *     const cake_bf16 *xs[] = {x};                // x: [12, 64] bf16, w: [64, 4] fp32
+ *     const float *ws[] = {w};
+ *     cake_bf16 *ys[] = {y};
+ *     if (cake_cpu_forward_single_rank(cu, 3, 1, ch, xs, ws, ys, NULL) != CAKE_SUCCESS)
+ *         fprintf(stderr, "cake: %s\n", cake_last_error());
+ *
+ * Conventions. Every function returns a cake_status; on failure cake_last_error() holds a
+ * sentence naming the argument, what was expected and what was given, and nothing was written to
+ * any output. The message is per thread. Destroy functions accept NULL. Row counts and offsets
+ * are int64_t throughout. Outputs never alias inputs (checked where it can be).
+ */
+#ifndef CAKE_H
+#define CAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define CAKE_API
+#else
+#define CAKE_API __attribute__((visibility("default")))
+#endif
+
+#define CAKE_VERSION_MAJOR 0
+#define CAKE_VERSION_MINOR 1
+#define CAKE_VERSION_PATCH 0
+
+/* Kernel width W, and the rows each side of a fragment that a halo carries (W - 1). */
+#define CAKE_WIDTH 4
+#define CAKE_HALO_ROWS 3
+/* dw is summed per block of this many local rows, then over blocks by a fixed tree (SPEC 3). */
+#define CAKE_DW_BLOCK_ROWS 256
+
+/* Values are only ever appended. */
+typedef enum cake_status {
+    CAKE_SUCCESS = 0,
+    CAKE_ERROR_INVALID_ARGUMENT = 1, /* a precondition on an argument does not hold */
+    CAKE_ERROR_OUT_OF_MEMORY = 2,
+    CAKE_ERROR_UNSUPPORTED = 3,      /* valid request this build or machine cannot serve */
+    CAKE_ERROR_COMMUNICATION = 4,    /* the transport reported a failure */
+    CAKE_ERROR_TIMEOUT = 5,          /* an exchange did not complete within the set limit */
+    CAKE_ERROR_MISMATCH = 6,         /* ranks disagree on a call (check mode) */
+    CAKE_ERROR_INTERNAL = 7,
+    CAKE_STATUS_COUNT
+} cake_status;
+
+CAKE_API const char *cake_status_string(cake_status status);
+/* The message of the last failed call on this thread ("" if none). */
+CAKE_API const char *cake_last_error(void);
+CAKE_API void cake_version(int *major, int *minor, int *patch);
+
+/* bf16 values are passed as their bit patterns. */
+typedef uint16_t cake_bf16;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Partition: which global token ranges each rank holds (SPEC 2). Immutable once built.        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct cake_range {
+    int64_t start; /* first global row */
+    int64_t end;   /* one past the last global row */
+} cake_range;
+
+typedef struct cake_partition cake_partition;
+
+/* cu_seqlens: num_seqs + 1 offsets, cu_seqlens[0] = 0, non-decreasing; T = cu_seqlens[num_seqs].
+ * The partition copies what it needs; the caller keeps ownership of its arrays. */
+
+/* Contiguous equal split: rank r gets T / P rows, the first T % P ranks one more. */
+CAKE_API cake_status cake_partition_create_contiguous(const int64_t *cu_seqlens, int64_t num_seqs,
+                                                      int num_ranks, cake_partition **out);
+/* Contiguous with explicit boundaries: rank r holds [boundaries[r], boundaries[r+1]);
+ * boundaries has num_ranks + 1 entries, from 0 to T, non-decreasing. */
+CAKE_API cake_status cake_partition_create_boundaries(const int64_t *cu_seqlens, int64_t num_seqs,
+                                                      int num_ranks, const int64_t *boundaries,
+                                                      cake_partition **out);
+/* Zigzag: 2P chunks, equal up to one row with the longer ones first; rank r holds chunks r and
+ * 2P-1-r, in that order. */
+CAKE_API cake_status cake_partition_create_zigzag(const int64_t *cu_seqlens, int64_t num_seqs,
+                                                  int num_ranks, cake_partition **out);
+/* Explicit ranges: rank r holds range_counts[r] ranges, taken in order from `ranges` (rank 0's
+ * first). Together they must cover [0, T) exactly once; empty ranges are allowed. */
+CAKE_API cake_status cake_partition_create_ranges(const int64_t *cu_seqlens, int64_t num_seqs,
+                                                  int num_ranks, const int64_t *range_counts,
+                                                  const cake_range *ranges, cake_partition **out);
+CAKE_API void cake_partition_destroy(cake_partition *partition);
+
+CAKE_API int cake_partition_num_ranks(const cake_partition *partition);
+CAKE_API int64_t cake_partition_total_rows(const cake_partition *partition);
+CAKE_API int64_t cake_partition_num_seqs(const cake_partition *partition);
+/* Rows held by `rank` (S_local). */
+CAKE_API cake_status cake_partition_local_rows(const cake_partition *partition, int rank,
+                                               int64_t *rows);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plan: one rank's fragments and where each halo row lives. Pure computation, no communication.*/
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct cake_plan cake_plan;
+
+/* One row of a halo. A row outside the fragment's sequence is +0.0 and has global_row = -1. */
+typedef struct cake_halo_row {
+    int64_t global_row; /* -1: the row is +0.0 (before the sequence start / at or past its end) */
+    int64_t local_row;  /* the row's index among its owner's local rows; -1 when global_row = -1 */
+    int32_t rank;       /* owner; -1 when global_row = -1 */
+    int32_t is_local;   /* 1: the owner is this plan's rank, so the row is copied, not sent */
+} cake_halo_row;
+
+/* A maximal run of local rows in one sequence, consecutive in global order (SPEC 2). */
+typedef struct cake_fragment {
+    int64_t local_start;  /* first local row */
+    int64_t length;       /* rows, >= 1 */
+    int64_t global_start; /* global row of local_start */
+    int64_t seq_index;    /* the sequence, an index into cu_seqlens */
+    int64_t seq_start;    /* cu_seqlens[seq_index] */
+    int64_t seq_end;      /* cu_seqlens[seq_index + 1] */
+    cake_halo_row history[CAKE_HALO_ROWS]; /* x at global rows global_start - 3 + j */
+    cake_halo_row future[CAKE_HALO_ROWS];  /* dy at global rows global_start + length + j */
+} cake_fragment;
+
+CAKE_API cake_status cake_plan_create(const cake_partition *partition, int rank, cake_plan **out);
+CAKE_API void cake_plan_destroy(cake_plan *plan);
+
+CAKE_API int cake_plan_rank(const cake_plan *plan);
+CAKE_API int64_t cake_plan_local_rows(const cake_plan *plan);
+CAKE_API int64_t cake_plan_num_fragments(const cake_plan *plan);
+CAKE_API cake_status cake_plan_fragment(const cake_plan *plan, int64_t index, cake_fragment *out);
+
+/*
+ * Pools. The rows a fragment reads from outside itself are passed in pools, one per tensor, of
+ * cake_plan_pool_rows(plan) rows of that tensor's C channels (bf16, row-major):
+ *   history pool, row 3f + j: x at global row fragment(f).global_start - 3 + j, or +0.0 when that
+ *                             row is before the fragment's sequence start;
+ *   future pool,  row 3f + j: dy at global row fragment(f).global_start + length + j, or +0.0
+ *                             when that row is at or past the sequence end.
+ * The pools may be NULL when pool_rows is 0 (no local rows).
+ */
+CAKE_API int64_t cake_plan_pool_rows(const cake_plan *plan);
+
+/* ------------------------------------------------------------------------------------------ */
+/* CPU kernels                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum cake_cpu_isa {
+    CAKE_CPU_ISA_AUTO = 0,    /* the fastest path this processor supports */
+    CAKE_CPU_ISA_GENERIC = 1, /* portable C (fmaf from libm) */
+    CAKE_CPU_ISA_AVX2 = 2,    /* AVX2 + FMA */
+    CAKE_CPU_ISA_AVX512 = 3,  /* AVX-512F + BW */
+    CAKE_CPU_ISA_COUNT
+} cake_cpu_isa;
+
+/* 1 if this build and processor can run `isa`, else 0. Every path gives the same bits. */
+CAKE_API int cake_cpu_isa_supported(cake_cpu_isa isa);
+CAKE_API const char *cake_cpu_isa_name(cake_cpu_isa isa);
+
+typedef struct cake_cpu_options {
+    int num_threads;  /* 0: $CAKE_NUM_THREADS, else the online processors. Never changes bits. */
+    cake_cpu_isa isa; /* CAKE_CPU_ISA_AUTO unless forcing a path (tests, benchmarks) */
+} cake_cpu_options;
+
+/*
+ * Multi-tensor calls. Tensor i of num_tensors has channels[i] channels (a positive multiple of
+ * 8) and arrays x[i], y[i], dy[i], dx[i] of [S_local, channels[i]] bf16 with S_local =
+ * cake_plan_local_rows(plan), contiguous; w[i] and dw[i] are [channels[i], 4] fp32 with w[c][3]
+ * multiplying the current row. Row arrays may be NULL when S_local = 0. `options` may be NULL.
+ * The result is bitwise the same as num_tensors single-tensor calls.
+ */
+CAKE_API cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors,
+                                      const int64_t *channels, const cake_bf16 *const *x,
+                                      const float *const *w, const cake_bf16 *const *history,
+                                      cake_bf16 *const *y, const cake_cpu_options *options);
+
+/* dx from dy and the future pool; dw (this rank's contribution) from dy, x and the history pool. */
+CAKE_API cake_status cake_cpu_backward(const cake_plan *plan, int num_tensors,
+                                       const int64_t *channels, const cake_bf16 *const *x,
+                                       const float *const *w, const cake_bf16 *const *history,
+                                       const cake_bf16 *const *dy, const cake_bf16 *const *future,
+                                       cake_bf16 *const *dx, float *const *dw,
+                                       const cake_cpu_options *options);
+
+/* The whole op on one process (P = 1): rows = T = cu_seqlens[num_seqs]. */
+CAKE_API cake_status cake_cpu_forward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
+                                                  int num_tensors, const int64_t *channels,
+                                                  const cake_bf16 *const *x, const float *const *w,
+                                                  cake_bf16 *const *y,
+                                                  const cake_cpu_options *options);
+CAKE_API cake_status cake_cpu_backward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
+                                                   int num_tensors, const int64_t *channels,
+                                                   const cake_bf16 *const *x,
+                                                   const float *const *w,
+                                                   const cake_bf16 *const *dy,
+                                                   cake_bf16 *const *dx, float *const *dw,
+                                                   const cake_cpu_options *options);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CAKE_H */

@@ -1,0 +1,27 @@
+/* Argument checks shared by every entry point that takes tensors (CPU now, GPU later), so each
+ * precondition has one message. Nothing here writes outputs. */
+#ifndef CAKE_ARGS_H
+#define CAKE_ARGS_H
+
+#include "cake.h"
+
+/* The arrays of one call; an array the call does not use is NULL and not checked. */
+typedef struct cake_call_args {
+    int num_tensors;
+    const int64_t *channels;
+    int64_t rows;      /* S_local */
+    int64_t pool_rows; /* rows of each history / future pool */
+    const cake_bf16 *const *x;
+    const float *const *w;
+    const cake_bf16 *const *history;
+    const cake_bf16 *const *dy;
+    const cake_bf16 *const *future;
+    cake_bf16 *const *y;
+    cake_bf16 *const *dx;
+    float *const *dw;
+    int backward; /* 1: dy, future, dx, dw are required */
+} cake_call_args;
+
+cake_status cake_check_call_args(const cake_call_args *args);
+
+#endif

@@ -1,0 +1,43 @@
+#include "pools.h"
+
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cake_fill_local_pool_rows(const cake_plan *plan, cake_pool_kind kind, int num_tensors,
+                               const int64_t *channels, const cake_bf16 *const *rows,
+                               cake_bf16 *const *pools) {
+    const cake_fragment *fragments = cake_plan_fragments(plan);
+    const int64_t count = cake_plan_num_fragments(plan);
+    for (int i = 0; i < num_tensors; i++) {
+        const int64_t C = channels[i];
+        for (int64_t f = 0; f < count; f++) {
+            const cake_halo_row *halo =
+                kind == CAKE_POOL_HISTORY ? fragments[f].history : fragments[f].future;
+            for (int j = 0; j < CAKE_HALO_ROWS; j++) {
+                cake_bf16 *dst = pools[i] + (f * CAKE_HALO_ROWS + j) * C;
+                if (halo[j].global_row < 0)
+                    memset(dst, 0, sizeof(cake_bf16) * (size_t)C); /* +0.0 */
+                else if (halo[j].is_local)
+                    memcpy(dst, rows[i] + halo[j].local_row * C, sizeof(cake_bf16) * (size_t)C);
+            }
+        }
+    }
+}
+
+cake_status cake_alloc_pools(const cake_plan *plan, int num_tensors, const int64_t *channels,
+                             cake_bf16 **pools) {
+    const int64_t pool_rows = cake_plan_pool_rows(plan);
+    int64_t total = 0;
+    for (int i = 0; i < num_tensors; i++) total += pool_rows * channels[i];
+    cake_bf16 *base = malloc(sizeof(cake_bf16) * (size_t)(total > 0 ? total : 1));
+    if (!base)
+        return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for %lld halo pool rows",
+                         (long long)pool_rows);
+    for (int i = 0; i < num_tensors; i++) {
+        pools[i] = base;
+        base += pool_rows * channels[i];
+    }
+    return CAKE_SUCCESS;
+}
