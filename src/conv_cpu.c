@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STRIP_CHANNELS 1024        /* dw partials of a strip stay in L1: 4 x 1024 fp32 */
+#define STRIP_CHANNELS 4096        /* whole rows of common widths: long contiguous reads prefetch well */
 #define FORWARD_UNIT_ELEMENTS 131072 /* about 256 KiB of x per forward unit */
 
 int cake_cpu_isa_supported(cake_cpu_isa isa) {
@@ -134,9 +134,10 @@ static cake_row_span span_for(const call *k, int tensor, int64_t f, int64_t c0, 
     return s;
 }
 
+/* The kernels read weights as [tap][parity][pair]: channel c is pair c / 2 of parity c % 2. */
 static void transpose_weights(const float *w, int64_t C, float *wt) {
     for (int64_t c = 0; c < C; c++)
-        for (int k = 0; k < 4; k++) wt[k * C + c] = w[c * 4 + k];
+        for (int k = 0; k < 4; k++) wt[(2 * k + c % 2) * (C / 2) + c / 2] = w[c * 4 + k];
 }
 
 static cake_status alloc_weights(call *k) {
@@ -302,10 +303,11 @@ static void finish_strip(const call *k, int64_t strip_index, float *scratch, int
             for (int t = 0; t < 4; t++) dw[c * 4 + t] = 0.0f;
         return;
     }
+    /* The partials are laid out [parity][tap][pair] (see backward_span). */
     const float *total = stack_total(&st);
-    const int64_t n = c1 - c0;
-    for (int64_t c = 0; c < n; c++)
-        for (int t = 0; t < 4; t++) dw[(c0 + c) * 4 + t] = total[t * n + c];
+    const int64_t pairs = (c1 - c0) / 2;
+    for (int64_t c = 0; c < c1 - c0; c++)
+        for (int t = 0; t < 4; t++) dw[(c0 + c) * 4 + t] = total[(c % 2 * 4 + t) * pairs + c / 2];
 }
 
 static void finish_unit(void *context, int64_t strip_index) {

@@ -20,10 +20,11 @@ typedef struct cake_row_span {
 } cake_row_span;
 
 typedef struct cake_cpu_kernels {
-    /* y rows [t0, t1) of the span; wt = weights transposed to [4][channels]. */
+    /* y rows [t0, t1) of the span; wt = weights as [tap][parity][channels / 2]. */
     void (*forward_span)(const cake_row_span *s, int64_t t0, int64_t t1, const float *wt,
                          uint16_t *y);
-    /* dx rows [t0, t1), and partial[k * (c1 - c0) + c] += dy * x(t-3+k) in row order. */
+    /* dx rows [t0, t1), and the dw partials += dy * x(t-3+k) in row order; partial holds
+     * 4 * (c1 - c0) floats laid out [parity][tap][(c1 - c0) / 2]. */
     void (*backward_span)(const cake_row_span *s, int64_t t0, int64_t t1, const float *wt,
                           uint16_t *dx, float *partial);
     void (*add_partials)(float *dst, const float *left, const float *right, int64_t n);
