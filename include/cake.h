@@ -209,6 +209,129 @@ CAKE_API cake_status cake_cpu_backward_single_rank(const int64_t *cu_seqlens, in
                                                    cake_bf16 *const *dx, float *const *dw,
                                                    const cake_cpu_options *options);
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context parallelism: a context (partition + this rank + a transport), the exchange of halo  */
+/* rows, and the recompute handle (SPEC 2, 4).                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One message of an exchange: `bytes` bytes to or from rank `peer`. */
+typedef struct cake_transfer {
+    int peer;
+    void *data;
+    int64_t bytes;
+} cake_transfer;
+
+/* How bytes move between the ranks of the group. cake_mpi.h (MPI) and cake_nccl.h (NCCL) make
+ * one; any other engine (torch.distributed, say) can be plugged in with these callbacks. */
+typedef struct cake_transport {
+    /* Posts every send and receive of one exchange as one group (no rank may wait for a send
+     * that follows its receive), then waits for all of them. `tag` separates the library's kinds
+     * of messages. With timeout_seconds > 0 it must return CAKE_ERROR_TIMEOUT rather than wait
+     * longer; 0 means wait as long as it takes. Data pointers are host or device memory, as the
+     * context that uses the transport was made for. */
+    cake_status (*exchange)(void *state, int tag, const cake_transfer *sends, int num_sends,
+                            const cake_transfer *receives, int num_receives,
+                            double timeout_seconds);
+    /* Called once by cake_ctx_destroy; NULL when the caller keeps ownership of state. */
+    void (*release)(void *state);
+    void *state;
+} cake_transport;
+
+typedef struct cake_ctx cake_ctx;
+
+typedef struct cake_ctx_options {
+    /* 1: before each exchange the ranks compare a fingerprint of the call (entry point, tensor
+     * count, channel counts, rows of the partition, call number, recompute handle passed and
+     * filled) and all fail with CAKE_ERROR_MISMATCH naming the first differing rank and field.
+     * This costs one small message per peer per call, also in a forward that reuses a filled
+     * recompute handle. 0: off unless the environment has CAKE_CHECK=1 at creation. */
+    int check;
+    /* > 0: an exchange (or check round) not complete in this many seconds fails with
+     * CAKE_ERROR_TIMEOUT, and the context refuses further calls. 0: $CAKE_TIMEOUT_SECONDS at
+     * creation if set, else wait as long as it takes. */
+    double timeout_seconds;
+    cake_cpu_options cpu; /* threads and ISA of the CPU kernels */
+} cake_ctx_options;
+
+/* Builds this rank's plan and its send and receive lists. Every rank of the group calls it with
+ * the same partition. No communication. The transport struct is copied; `options` may be NULL. */
+CAKE_API cake_status cake_ctx_create(const cake_partition *partition, int rank,
+                                     const cake_transport *transport,
+                                     const cake_ctx_options *options, cake_ctx **out);
+CAKE_API void cake_ctx_destroy(cake_ctx *ctx);
+
+CAKE_API const cake_plan *cake_ctx_plan(const cake_ctx *ctx);
+/* S_local, and the rows of each history pool the forward fills (3 per fragment). */
+CAKE_API int64_t cake_ctx_local_rows(const cake_ctx *ctx);
+CAKE_API int64_t cake_ctx_pool_rows(const cake_ctx *ctx);
+
+/* Counters since creation, for reports and tests. */
+typedef struct cake_ctx_stats {
+    int64_t forward_calls, backward_calls;
+    int64_t exchanges;       /* data exchanges (transport calls), all directions */
+    int64_t check_rounds;    /* fingerprint comparisons (check mode) */
+    int64_t messages_sent, messages_received;
+    int64_t rows_sent, rows_received; /* halo rows, summed over tensors */
+    int64_t bytes_sent, bytes_received;
+    int64_t rows_copied;     /* halo rows taken from this rank's own rows, summed over tensors */
+    int64_t forwards_from_handle; /* forwards served by a filled recompute handle */
+} cake_ctx_stats;
+CAKE_API cake_status cake_ctx_get_stats(const cake_ctx *ctx, cake_ctx_stats *out);
+
+/* The rows each peer sends this rank in a forward (history) or backward (future) exchange, per
+ * tensor; 0 for itself. For reports. */
+CAKE_API int64_t cake_ctx_halo_rows_from(const cake_ctx *ctx, int peer, int backward);
+CAKE_API int64_t cake_ctx_halo_rows_to(const cake_ctx *ctx, int peer, int backward);
+
+typedef struct cake_recompute_handle cake_recompute_handle;
+
+/*
+ * Forward with context parallelism, CPU. x, y: [S_local, channels] bf16; w: [channels, 4] fp32.
+ * history (output): [cake_ctx_pool_rows(ctx), channels] bf16, the rows the backward needs; keep
+ * it until then (it is the saved state of an autograd op). At most one exchange; none when
+ * `handle` (may be NULL) holds a filled "conv" entry from the same kind of call.
+ * Every rank calls each op once per layer in the same order with the same channel counts.
+ */
+CAKE_API cake_status cake_forward(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
+                                  const float *w, cake_bf16 *y, cake_bf16 *history,
+                                  cake_recompute_handle *handle);
+/* Backward: dx [S_local, channels] bf16 and this rank's dw [channels, 4] fp32 from dy, x, w and
+ * the history the forward filled. One exchange (the future rows of dy). */
+CAKE_API cake_status cake_backward(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
+                                   const float *w, const cake_bf16 *history, const cake_bf16 *dy,
+                                   cake_bf16 *dx, float *dw);
+/* The same for n tensors of one layer, with one exchange per direction for all of them; the
+ * results are bitwise those of n single calls. */
+CAKE_API cake_status cake_forward_multi(cake_ctx *ctx, int num_tensors, const int64_t *channels,
+                                        const cake_bf16 *const *x, const float *const *w,
+                                        cake_bf16 *const *y, cake_bf16 *const *history,
+                                        cake_recompute_handle *handle);
+CAKE_API cake_status cake_backward_multi(cake_ctx *ctx, int num_tensors, const int64_t *channels,
+                                         const cake_bf16 *const *x, const float *const *w,
+                                         const cake_bf16 *const *history,
+                                         const cake_bf16 *const *dy, cake_bf16 *const *dx,
+                                         float *const *dw);
+
+/*
+ * Recompute handle: a keyed store, one per call and micro-step, created outside the outermost
+ * activation-checkpoint region. The forward fills its "conv" entry with the history pools (set
+ * and get refuse that key; erase empties it); a later forward with the same handle reads them
+ * back and exchanges nothing. Other keys (e.g. "kda") hold any bytes the caller puts there.
+ */
+CAKE_API cake_status cake_recompute_handle_create(cake_recompute_handle **out);
+CAKE_API void cake_recompute_handle_destroy(cake_recompute_handle *handle);
+/* 1 if `key` holds an entry, else 0. */
+CAKE_API int cake_recompute_handle_contains(const cake_recompute_handle *handle, const char *key);
+/* Copies `bytes` bytes under `key`, replacing an earlier entry. */
+CAKE_API cake_status cake_recompute_handle_set(cake_recompute_handle *handle, const char *key,
+                                               const void *data, size_t bytes);
+/* The entry under `key` (owned by the handle, valid until it is replaced or erased). */
+CAKE_API cake_status cake_recompute_handle_get(const cake_recompute_handle *handle,
+                                               const char *key, const void **data,
+                                               size_t *bytes);
+CAKE_API cake_status cake_recompute_handle_erase(cake_recompute_handle *handle, const char *key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -61,10 +61,11 @@ static cake_status check_aliasing(const cake_call_args *a) {
         const int64_t w_bytes = a->channels[i] * 16;
         add_span(spans, &count, "x", i, 0, a->x[i], rows_bytes);
         add_span(spans, &count, "w", i, 0, a->w[i], w_bytes);
-        add_span(spans, &count, "history", i, 0, a->history[i], pool_bytes);
+        add_span(spans, &count, "history", i, a->history_is_output, a->history[i], pool_bytes);
         if (a->backward) {
             add_span(spans, &count, "dy", i, 0, a->dy[i], rows_bytes);
-            add_span(spans, &count, "future", i, 0, a->future[i], pool_bytes);
+            if (!a->future_is_internal)
+                add_span(spans, &count, "future", i, 0, a->future[i], pool_bytes);
             add_span(spans, &count, "dx", i, 1, a->dx[i], rows_bytes);
             add_span(spans, &count, "dw", i, 1, a->dw[i], w_bytes);
         } else {
@@ -98,7 +99,8 @@ cake_status cake_check_call_args(const cake_call_args *a) {
     CAKE_CHECK(check_array("history", (const void *const *)a->history, n, a->pool_rows));
     if (a->backward) {
         CAKE_CHECK(check_array("dy", (const void *const *)a->dy, n, a->rows));
-        CAKE_CHECK(check_array("future", (const void *const *)a->future, n, a->pool_rows));
+        if (!a->future_is_internal)
+            CAKE_CHECK(check_array("future", (const void *const *)a->future, n, a->pool_rows));
         CAKE_CHECK(check_array("dx", (const void *const *)a->dx, n, a->rows));
         CAKE_CHECK(check_array("dw", (const void *const *)a->dw, n, 1));
     } else {

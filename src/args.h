@@ -19,7 +19,9 @@ typedef struct cake_call_args {
     cake_bf16 *const *y;
     cake_bf16 *const *dx;
     float *const *dw;
-    int backward; /* 1: dy, future, dx, dw are required */
+    int backward;           /* 1: dy, future, dx, dw are required */
+    int history_is_output;  /* the CP forward fills the history pools */
+    int future_is_internal; /* the CP backward makes its own future pools */
 } cake_call_args;
 
 cake_status cake_check_call_args(const cake_call_args *args);

@@ -41,3 +41,12 @@ cake_status cake_alloc_pools(const cake_plan *plan, int num_tensors, const int64
     }
     return CAKE_SUCCESS;
 }
+
+int64_t cake_plan_local_halo_rows(const cake_plan *plan, cake_pool_kind kind) {
+    const cake_fragment *fragments = cake_plan_fragments(plan);
+    int64_t count = 0;
+    for (int64_t f = 0; f < cake_plan_num_fragments(plan); f++)
+        for (int j = 0; j < CAKE_HALO_ROWS; j++)
+            count += (kind == CAKE_POOL_HISTORY ? fragments[f].history : fragments[f].future)[j].is_local;
+    return count;
+}

@@ -13,6 +13,9 @@ void cake_fill_local_pool_rows(const cake_plan *plan, cake_pool_kind kind, int n
                                const int64_t *channels, const cake_bf16 *const *rows,
                                cake_bf16 *const *pools);
 
+/* Halo rows of the plan (one tensor) that the rank holds itself: copied, not exchanged. */
+int64_t cake_plan_local_halo_rows(const cake_plan *plan, cake_pool_kind kind);
+
 /* Allocates one pool per tensor in a single block (pools[0] owns it; free(pools[0])). */
 cake_status cake_alloc_pools(const cake_plan *plan, int num_tensors, const int64_t *channels,
                              cake_bf16 **pools);

@@ -1,0 +1,77 @@
+#include "check_mode.h"
+
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LISTED_CHANNELS 8
+enum {
+    F_DIRECTION, F_ENTRY, F_TENSORS, F_ROWS, F_CALL, F_HANDLE_PASSED, F_HANDLE_FILLED,
+    F_CHANNEL_HASH, F_CHANNELS, F_COUNT = F_CHANNELS + LISTED_CHANNELS
+};
+
+static const char *const field_names[F_CHANNELS] = {
+    "direction (0 forward, 1 backward)", "entry point (0 single, 1 multi)", "tensor count",
+    "rows of the partition", "call number", "recompute handle passed",
+    "recompute handle filled", "channel counts (beyond the first 8)"};
+
+static void fingerprint(const cake_group *g, int64_t call_number, const cake_call_info *c,
+                        int64_t *f) {
+    memset(f, 0, sizeof(int64_t) * F_COUNT);
+    f[F_DIRECTION] = c->backward;
+    f[F_ENTRY] = c->multi;
+    f[F_TENSORS] = c->num_tensors;
+    f[F_ROWS] = g->total_rows;
+    f[F_CALL] = call_number;
+    f[F_HANDLE_PASSED] = c->handle_passed;
+    f[F_HANDLE_FILLED] = c->handle_filled;
+    uint64_t hash = 1469598103934665603ull; /* FNV-1a over all channel counts */
+    for (int i = 0; i < c->num_tensors; i++) {
+        hash = (hash ^ (uint64_t)c->channels[i]) * 1099511628211ull;
+        if (i < LISTED_CHANNELS) f[F_CHANNELS + i] = c->channels[i];
+    }
+    f[F_CHANNEL_HASH] = (int64_t)hash;
+}
+
+static void field_name(int field, char *out, size_t size) {
+    if (field < F_CHANNELS) snprintf(out, size, "%s", field_names[field]);
+    else snprintf(out, size, "channels[%d]", field - F_CHANNELS);
+}
+
+cake_status cake_check_round(const cake_group *g, int64_t call_number, const cake_call_info *call,
+                             cake_staging *staging, cake_ctx_stats *stats) {
+    const int P = g->num_ranks;
+    if (P == 1) return CAKE_SUCCESS;
+    const size_t fp_bytes = sizeof(int64_t) * F_COUNT;
+    CAKE_CHECK(cake_staging_reserve(staging, fp_bytes * (size_t)P +
+                                                 2 * sizeof(cake_transfer) * (size_t)(P - 1)));
+    int64_t *all = staging->data; /* all[r * F_COUNT ..]: rank r's fingerprint */
+    cake_transfer *sends = (cake_transfer *)(all + (size_t)P * F_COUNT);
+    cake_transfer *receives = sends + (P - 1);
+    int64_t *mine = all + (size_t)g->rank * F_COUNT;
+    fingerprint(g, call_number, call, mine);
+    int k = 0;
+    for (int r = 0; r < P; r++) {
+        if (r == g->rank) continue;
+        sends[k] = (cake_transfer){r, mine, (int64_t)fp_bytes};
+        receives[k++] = (cake_transfer){r, all + (size_t)r * F_COUNT, (int64_t)fp_bytes};
+    }
+    CAKE_CHECK(g->transport->exchange(g->transport->state, CAKE_TAG_CHECK, sends, P - 1, receives,
+                                      P - 1, g->timeout_seconds));
+    stats->check_rounds++;
+    /* Every rank finds the same first difference from rank 0, so all print the same message. */
+    for (int r = 1; r < P; r++)
+        for (int f = 0; f < F_COUNT; f++) {
+            const int64_t a = all[f], b = all[(size_t)r * F_COUNT + f];
+            if (a == b) continue;
+            char name[64];
+            field_name(f, name, sizeof name);
+            return cake_fail(CAKE_ERROR_MISMATCH,
+                             "check mode: rank %d disagrees with rank 0 on %s: %lld on rank %d, "
+                             "%lld on rank 0 (call %lld of this context, seen from rank %d)",
+                             r, name, (long long)b, r, (long long)a, (long long)call_number,
+                             g->rank);
+        }
+    return CAKE_SUCCESS;
+}

@@ -1,0 +1,27 @@
+/* The "conv" entry of a recompute handle: what a forward stored, so a recompute can check that
+ * it is the same kind of call and read the history pools back without an exchange. */
+#ifndef CAKE_RECOMPUTE_HANDLE_H
+#define CAKE_RECOMPUTE_HANDLE_H
+
+#include "cake.h"
+
+#define CAKE_CONV_KEY "conv"
+
+typedef struct cake_conv_entry {
+    int multi;            /* filled by the multi entry point (1) or the single one (0) */
+    int num_tensors;
+    int64_t *channels;    /* num_tensors */
+    int64_t pool_rows;
+    int64_t total_rows;   /* T of the partition, and the rank, so another context is refused */
+    int rank;
+    void *pools;          /* the history pools, tensor after tensor */
+    int64_t pool_bytes;
+    void (*free_pools)(void *pools); /* host free or a device free */
+} cake_conv_entry;
+
+/* The filled "conv" entry, or NULL. */
+const cake_conv_entry *cake_handle_conv(const cake_recompute_handle *handle);
+/* Takes ownership of entry->channels and entry->pools (freed with entry->free_pools). */
+cake_status cake_handle_store_conv(cake_recompute_handle *handle, const cake_conv_entry *entry);
+
+#endif
