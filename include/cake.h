@@ -58,6 +58,7 @@ typedef enum cake_status {
     CAKE_ERROR_TIMEOUT = 5,          /* an exchange did not complete within the set limit */
     CAKE_ERROR_MISMATCH = 6,         /* ranks disagree on a call (check mode) */
     CAKE_ERROR_INTERNAL = 7,
+    CAKE_ERROR_CUDA = 8,             /* the CUDA runtime or NCCL reported a failure */
     CAKE_STATUS_COUNT
 } cake_status;
 

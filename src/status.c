@@ -16,6 +16,7 @@ const char *cake_status_string(cake_status status) {
     case CAKE_ERROR_TIMEOUT: return "timeout";
     case CAKE_ERROR_MISMATCH: return "ranks disagree";
     case CAKE_ERROR_INTERNAL: return "internal error";
+    case CAKE_ERROR_CUDA: return "CUDA error";
     case CAKE_STATUS_COUNT: break;
     }
     return "unknown status";

@@ -1,0 +1,60 @@
+/* cake on CUDA GPUs: the forward and backward kernels over device memory (bitwise equal to the
+ * CPU path), their workspace, and the launch form. Link with libcake_cuda.
+ *
+ * Every call is asynchronous: it returns once the work is enqueued on `stream`, and it never
+ * synchronises the host with the device. Row arrays, pools, weights and workspace are device
+ * pointers, 16-byte aligned; the pointer arrays themselves (x[i], ...) are host memory. */
+#ifndef CAKE_CUDA_H
+#define CAKE_CUDA_H
+
+#include "cake.h"
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The launch form (SPEC 4). Bits never depend on it. */
+typedef enum cake_cooperative {
+    CAKE_COOPERATIVE_AUTO = -1, /* the library picks by shape */
+    CAKE_COOPERATIVE_OFF = 0,   /* ordinary launches */
+    CAKE_COOPERATIVE_ON = 1     /* one grid-synchronised kernel per direction; an error where the
+                                   device cannot launch cooperatively */
+} cake_cooperative;
+
+/* A plan's fragment table on the current device. Creating it copies the table synchronously:
+ * do it once, outside the training step (a context does it once). */
+typedef struct cake_cuda_plan cake_cuda_plan;
+CAKE_API cake_status cake_cuda_plan_create(const cake_plan *plan, cake_cuda_plan **out);
+CAKE_API void cake_cuda_plan_destroy(cake_cuda_plan *plan);
+
+/* 1 if the current device supports cooperative launches, else 0. */
+CAKE_API int cake_cuda_cooperative_supported(void);
+
+/* Bytes of device workspace a backward needs (the forward needs none). */
+CAKE_API cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *plan,
+                                                       int num_tensors, const int64_t *channels,
+                                                       size_t *bytes);
+
+/* As cake_cpu_forward / cake_cpu_backward, on the device of `plan`, with the pools laid out as
+ * cake.h describes. The backward uses `workspace` when it is at least the size above; with NULL
+ * it allocates (cudaMallocAsync) and frees on the stream. */
+CAKE_API cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,
+                                       const int64_t *channels, const cake_bf16 *const *x,
+                                       const float *const *w, const cake_bf16 *const *history,
+                                       cake_bf16 *const *y, cake_cooperative cooperative,
+                                       cudaStream_t stream);
+CAKE_API cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_tensors,
+                                        const int64_t *channels, const cake_bf16 *const *x,
+                                        const float *const *w, const cake_bf16 *const *history,
+                                        const cake_bf16 *const *dy,
+                                        const cake_bf16 *const *future, cake_bf16 *const *dx,
+                                        float *const *dw, cake_cooperative cooperative,
+                                        void *workspace, size_t workspace_bytes,
+                                        cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

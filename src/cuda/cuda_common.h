@@ -1,0 +1,35 @@
+/* Internal helpers of the CUDA library: error checks and the device plan's accessors. */
+#ifndef CAKE_CUDA_COMMON_H
+#define CAKE_CUDA_COMMON_H
+
+#include "cake_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "args.h"
+#include "internal.h"
+#ifdef __cplusplus
+}
+#endif
+
+#define CAKE_CUDA_CHECK(expr, what)                                                             \
+    do {                                                                                        \
+        const cudaError_t cake_cuda_err_ = (expr);                                              \
+        if (cake_cuda_err_ != cudaSuccess)                                                      \
+            return cake_fail(CAKE_ERROR_CUDA, "%s: %s", what, cudaGetErrorString(cake_cuda_err_)); \
+    } while (0)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+int64_t cake_cuda_plan_rows(const cake_cuda_plan *plan);
+int64_t cake_cuda_plan_num_fragments(const cake_cuda_plan *plan);
+const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan); /* device */
+/* The current device must be the plan's. */
+cake_status cake_cuda_plan_check_device(const cake_cuda_plan *plan);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,61 @@
+/* The fragment table on the device: the first local row of every fragment, then S_local. */
+#include "cuda_common.h"
+
+#include <stdlib.h>
+
+struct cake_cuda_plan {
+    int device;
+    int64_t rows, num_fragments;
+    int64_t *frag_start; /* device, num_fragments + 1 */
+};
+
+cake_status cake_cuda_plan_create(const cake_plan *plan, cake_cuda_plan **out) {
+    cake_clear_error();
+    if (!out) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "out: expected a pointer, got NULL");
+    if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
+    cake_cuda_plan *p = calloc(1, sizeof *p);
+    const int64_t n = cake_plan_num_fragments(plan);
+    int64_t *host = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!p || !host) {
+        free(p);
+        free(host);
+        return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "cuda plan: out of memory");
+    }
+    const cake_fragment *fragments = cake_plan_fragments(plan);
+    for (int64_t f = 0; f < n; f++) host[f] = fragments[f].local_start;
+    host[n] = cake_plan_local_rows(plan);
+    p->rows = host[n];
+    p->num_fragments = n;
+    cudaError_t err = cudaGetDevice(&p->device);
+    if (err == cudaSuccess) err = cudaMalloc((void **)&p->frag_start, sizeof(int64_t) * (size_t)(n + 1));
+    if (err == cudaSuccess)
+        err = cudaMemcpy(p->frag_start, host, sizeof(int64_t) * (size_t)(n + 1), cudaMemcpyHostToDevice);
+    free(host);
+    if (err != cudaSuccess) {
+        cudaFree(p->frag_start);
+        free(p);
+        return cake_fail(CAKE_ERROR_CUDA, "cuda plan: %s", cudaGetErrorString(err));
+    }
+    *out = p;
+    return CAKE_SUCCESS;
+}
+
+void cake_cuda_plan_destroy(cake_cuda_plan *plan) {
+    if (!plan) return;
+    cudaFree(plan->frag_start);
+    free(plan);
+}
+
+int64_t cake_cuda_plan_rows(const cake_cuda_plan *plan) { return plan->rows; }
+int64_t cake_cuda_plan_num_fragments(const cake_cuda_plan *plan) { return plan->num_fragments; }
+const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan) { return plan->frag_start; }
+
+cake_status cake_cuda_plan_check_device(const cake_cuda_plan *plan) {
+    int device;
+    CAKE_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+    if (device != plan->device)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "plan: made on device %d, but the current device is %d", plan->device,
+                         device);
+    return CAKE_SUCCESS;
+}

@@ -1,0 +1,507 @@
+/* Properties of SPEC 3 that must hold bitwise: thread counts, ISA paths, multi vs single calls,
+ * partition invariance of y and dx, NaN/inf propagation, empty ranks, C = 8, mixed C in one call,
+ * fragments of 1 and 2 rows. */
+#include "test_util.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+
+/* Bitwise equality of two runs; returns the number of mismatching arrays. */
+static int compare_outs(const char *label, const tu_rank_out *a, const tu_rank_out *b) {
+    int bad = 0;
+    char what[128];
+    for (int i = 0; i < a->n; i++) {
+        snprintf(what, sizeof what, "%s: y[%d]", label, i);
+        bad += tu_diff_bf16(what, a->y[i], b->y[i], a->S, a->C[i]);
+        snprintf(what, sizeof what, "%s: dx[%d]", label, i);
+        bad += tu_diff_bf16(what, a->dx[i], b->dx[i], a->S, a->C[i]);
+        snprintf(what, sizeof what, "%s: dw[%d]", label, i);
+        bad += tu_diff_f32(what, a->dw[i], b->dw[i], a->C[i], 4);
+    }
+    return bad;
+}
+
+static void random_problem(tu_rng *r, tu_problem *pb, int64_t **cu, int64_t max_seqs,
+                           int64_t max_len, int n, int64_t max_c) {
+    int64_t C[TU_MAX_TENSORS], ns = tu_random_cu(r, max_seqs, max_len, cu);
+    tu_random_channels(r, n, max_c, C);
+    tu_problem_init(pb, r, TU_MODERATE, *cu, ns, n, C);
+}
+
+/* The same inputs under several option sets give the same bits, on every rank of a partition and
+ * through the single-rank entry points. opts[0] is the baseline. */
+static void check_options_agree(tu_rng *r, const cake_cpu_options *opts, int nopts, int trials,
+                                const char *what) {
+    for (int trial = 0; trial < trials; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        tu_partition tp;
+        random_problem(r, &pb, &cu, 8, trial % 2 ? 900 : 60, (int)tu_range(r, 1, 3), 64);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        int P = (int)tu_range(r, 1, 4);
+        tu_set_ctx("%s trial %d: %s P=%d, T=%" PRId64, what, trial, tu_kind_name[kind], P, pb.T);
+        TU_OK(tu_partition_make(&tp, r, kind, P, cu, pb.num_seqs, tu_range(r, 1, 600)));
+        for (int k = -1; k < P; k++) { /* -1: single-rank entry points */
+            tu_rank_out base, o;
+            TU_OK(k < 0 ? tu_run_single(&pb, &opts[0], &base)
+                        : tu_run_rank(&pb, &tp, k, &opts[0], 0, &base));
+            for (int j = 1; j < nopts; j++) {
+                char label[96];
+                snprintf(label, sizeof label, "rank %d, threads %d isa %d vs threads %d isa %d", k,
+                         opts[j].num_threads, (int)opts[j].isa, opts[0].num_threads,
+                         (int)opts[0].isa);
+                TU_OK(k < 0 ? tu_run_single(&pb, &opts[j], &o)
+                            : tu_run_rank(&pb, &tp, k, &opts[j], 0, &o));
+                TU_CHECK(compare_outs(label, &o, &base) == 0, "results differ");
+                tu_rank_out_free(&o);
+            }
+            tu_rank_out_free(&base);
+        }
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+static void test_thread_counts(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 401);
+    const cake_cpu_options opts[] = {{1, CAKE_CPU_ISA_AUTO},
+                                     {2, CAKE_CPU_ISA_AUTO},
+                                     {7, CAKE_CPU_ISA_AUTO},
+                                     {0, CAKE_CPU_ISA_AUTO}};
+    check_options_agree(&r, opts, 4, 12, "thread counts");
+}
+
+static void test_isa_paths(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 402);
+    cake_cpu_options opts[CAKE_CPU_ISA_COUNT + 1];
+    int n = 0;
+    TU_CHECK(cake_cpu_isa_supported(CAKE_CPU_ISA_GENERIC) == 1, "generic path unsupported");
+    TU_CHECK(cake_cpu_isa_supported(CAKE_CPU_ISA_AUTO) == 1, "auto path unsupported");
+    opts[n++] = (cake_cpu_options){1, CAKE_CPU_ISA_GENERIC};
+    for (int isa = 0; isa < CAKE_CPU_ISA_COUNT; isa++) {
+        const char *name = cake_cpu_isa_name((cake_cpu_isa)isa);
+        TU_CHECK(name != NULL && *name, "isa %d has no name", isa);
+        if (cake_cpu_isa_supported((cake_cpu_isa)isa)) {
+            print_message("isa %s: supported\n", name);
+            opts[n++] = (cake_cpu_options){isa % 2 ? 3 : 1, (cake_cpu_isa)isa};
+        } else {
+            /* a valid request this machine cannot serve */
+            print_message("isa %s: not supported here\n", name);
+            const int64_t cu[] = {0, 4}, ch[] = {8};
+            cake_bf16 x[32] = {0}, y[32];
+            const cake_bf16 *xs[] = {x};
+            float w[32] = {0};
+            const float *ws[] = {w};
+            cake_bf16 *ys[] = {y};
+            cake_cpu_options o = {1, (cake_cpu_isa)isa};
+            cake_status st = cake_cpu_forward_single_rank(cu, 1, 1, ch, xs, ws, ys, &o);
+            TU_CHECK(st == CAKE_ERROR_UNSUPPORTED, "unsupported isa %s: status %s", name,
+                     cake_status_string(st));
+        }
+    }
+    check_options_agree(&r, opts, n, 12, "isa paths");
+}
+
+/* A problem that is tensor i of pb alone. */
+static tu_problem one_tensor(const tu_problem *pb, int i) {
+    tu_problem q = *pb;
+    q.n = 1;
+    q.C[0] = pb->C[i];
+    q.x[0] = pb->x[i];
+    q.dy[0] = pb->dy[i];
+    q.w[0] = pb->w[i];
+    return q;
+}
+
+static void test_multi_equals_single(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 403);
+    for (int trial = 0; trial < 20; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        tu_partition tp;
+        random_problem(&r, &pb, &cu, 8, trial % 3 ? 80 : 700, (int)tu_range(&r, 2, 4), 72);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        int P = (int)tu_range(&r, 1, 5);
+        tu_set_ctx("multi vs single trial %d: %s P=%d, T=%" PRId64 ", %d tensors", trial,
+                   tu_kind_name[kind], P, pb.T, pb.n);
+        TU_OK(tu_partition_make(&tp, &r, kind, P, cu, pb.num_seqs, tu_range(&r, 1, 50)));
+        for (int k = 0; k < P; k++) {
+            tu_rank_out multi, single;
+            TU_OK(tu_run_rank(&pb, &tp, k, NULL, 0, &multi));
+            TU_OK(tu_run_rank(&pb, &tp, k, NULL, 1, &single));
+            TU_CHECK(compare_outs("multi vs one-by-one calls", &multi, &single) == 0, "differ");
+            tu_rank_out_free(&multi);
+            tu_rank_out_free(&single);
+        }
+        /* the single-rank entry points: one multi call vs one call per tensor */
+        tu_rank_out multi;
+        TU_OK(tu_run_single(&pb, NULL, &multi));
+        for (int i = 0; i < pb.n; i++) {
+            tu_problem q = one_tensor(&pb, i);
+            tu_rank_out single;
+            TU_OK(tu_run_single(&q, NULL, &single));
+            TU_CHECK(tu_diff_bf16("single-rank y", single.y[0], multi.y[i], pb.T, pb.C[i]) +
+                             tu_diff_bf16("single-rank dx", single.dx[0], multi.dx[i], pb.T,
+                                          pb.C[i]) +
+                             tu_diff_f32("single-rank dw", single.dw[0], multi.dw[i], pb.C[i], 4) ==
+                         0,
+                     "tensor %d differs", i);
+            tu_rank_out_free(&single);
+        }
+        tu_rank_out_free(&multi);
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+/* y and dx of every partition equal the P = 1 result; dw of a one-rank partition with its rows in
+ * global order equals the single-rank dw (same rows, same order). */
+static void test_partition_invariance(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 404);
+    const int Ps[] = {1, 2, 3, 5, 8};
+    for (int trial = 0; trial < 16; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        random_problem(&r, &pb, &cu, 10, trial % 2 ? 300 : 40, (int)tu_range(&r, 1, 2), 40);
+        tu_rank_out whole;
+        tu_set_ctx("partition invariance trial %d: T=%" PRId64, trial, pb.T);
+        TU_OK(tu_run_single(&pb, NULL, &whole));
+        for (int kind = 0; kind < TU_KIND_COUNT; kind++)
+            for (size_t pi = 0; pi < sizeof Ps / sizeof Ps[0]; pi++) {
+                tu_partition tp;
+                tu_set_ctx("partition invariance trial %d: %s P=%d, T=%" PRId64, trial,
+                           tu_kind_name[kind], Ps[pi], pb.T);
+                TU_OK(tu_partition_make(&tp, &r, (tu_kind)kind, Ps[pi], cu, pb.num_seqs,
+                                        tu_range(&r, 1, 12)));
+                for (int k = 0; k < tp.P; k++) {
+                    tu_rank_out o;
+                    TU_OK(tu_run_rank(&pb, &tp, k, NULL, 0, &o));
+                    for (int i = 0; i < pb.n; i++) {
+                        int64_t C = pb.C[i], S = o.S;
+                        cake_bf16 *want = tu_malloc((size_t)(S * C) * sizeof *want);
+                        tu_gather(whole.y[i], C, tp.l2g[k], S, want);
+                        TU_CHECK(tu_diff_bf16("y vs P=1", o.y[i], want, S, C) == 0, "rank %d", k);
+                        tu_gather(whole.dx[i], C, tp.l2g[k], S, want);
+                        TU_CHECK(tu_diff_bf16("dx vs P=1", o.dx[i], want, S, C) == 0, "rank %d", k);
+                        if (kind != TU_RANGES && tp.P == 1)
+                            TU_CHECK(tu_diff_f32("dw vs P=1", o.dw[i], whole.dw[i], C, 4) == 0,
+                                     "one-rank partition dw");
+                        free(want);
+                    }
+                    tu_rank_out_free(&o);
+                }
+                tu_partition_free(&tp);
+            }
+        tu_rank_out_free(&whole);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+/* Compare every rank of a partition (and the single-rank entry points) with the reference. */
+static void check_against_reference(const tu_problem *pb, tu_partition *tp, int nan_equal) {
+    tu_ref ref;
+    tu_ref_compute(&ref, pb);
+    int64_t *l2g = tu_malloc((size_t)pb->T * sizeof *l2g);
+    for (int64_t t = 0; t < pb->T; t++)
+        l2g[t] = t;
+    tu_rank_out o;
+    TU_OK(tu_run_single(pb, NULL, &o));
+    TU_CHECK(tu_check_rank("single rank", pb, &ref, l2g, &o, nan_equal) == 0, "mismatch");
+    tu_rank_out_free(&o);
+    for (int k = 0; tp && k < tp->P; k++) {
+        char label[64];
+        snprintf(label, sizeof label, "rank %d of %d", k, tp->P);
+        TU_OK(tu_run_rank(pb, tp, k, NULL, 0, &o));
+        TU_CHECK(tu_check_rank(label, pb, &ref, tp->l2g[k], &o, nan_equal) == 0, "mismatch");
+        tu_rank_out_free(&o);
+    }
+    free(l2g);
+    tu_ref_free(&ref);
+}
+
+/* Fragments of 1 and 2 rows: history and future come from several ranks back and ahead. */
+static void test_tiny_fragments(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 405);
+    for (int trial = 0; trial < 150; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        tu_partition tp;
+        random_problem(&r, &pb, &cu, 6, 30, (int)tu_range(&r, 1, 2), 32);
+        int P = (int)tu_range(&r, 2, 6);
+        tu_set_ctx("tiny fragments trial %d: P=%d, T=%" PRId64, trial, P, pb.T);
+        TU_OK(tu_partition_make(&tp, &r, TU_RANGES, P, cu, pb.num_seqs, 1 + trial % 2));
+        check_against_reference(&pb, &tp, 0);
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+static void test_c8(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 406);
+    for (int trial = 0; trial < 30; trial++) {
+        int64_t *cu, C[1] = {8};
+        tu_problem pb;
+        tu_partition tp;
+        int64_t ns = tu_random_cu(&r, 10, 300, &cu);
+        tu_problem_init(&pb, &r, TU_MODERATE, cu, ns, 1, C);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        tu_set_ctx("C = 8 trial %d: %s, T=%" PRId64, trial, tu_kind_name[kind], pb.T);
+        TU_OK(tu_partition_make(&tp, &r, kind, (int)tu_range(&r, 1, 4), cu, ns, tu_range(&r, 1, 9)));
+        check_against_reference(&pb, &tp, 0);
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+static void test_mixed_channels(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 407);
+    const int64_t C[] = {8, 64, 24, 40, 16};
+    for (int trial = 0; trial < 16; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        tu_partition tp;
+        int64_t ns = tu_random_cu(&r, 10, 200, &cu);
+        tu_problem_init(&pb, &r, TU_MODERATE, cu, ns, 5, C);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        tu_set_ctx("mixed C trial %d: %s, T=%" PRId64, trial, tu_kind_name[kind], pb.T);
+        TU_OK(tu_partition_make(&tp, &r, kind, (int)tu_range(&r, 1, 4), cu, ns, tu_range(&r, 1, 9)));
+        check_against_reference(&pb, &tp, 0);
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+/* ---- NaN and infinity ------------------------------------------------------------------------ */
+
+enum { FIN = 'f', NAN_ = 'N', PINF = '+', NINF = '-' };
+
+static int class_of(float v) {
+    return v != v ? NAN_ : isinf(v) ? (v > 0 ? PINF : NINF) : FIN;
+}
+
+static void expect_class(const char *what, int64_t row, int64_t col, float v, int want) {
+    TU_CHECK(class_of(v) == want, "%s row %" PRId64 " col %" PRId64 ": %g is class '%c', want '%c'",
+             what, row, col, (double)v, class_of(v), want);
+}
+
+/* Every NaN the library writes is a quiet NaN. */
+static void expect_quiet(const tu_rank_out *o) {
+    for (int i = 0; i < o->n; i++)
+        for (int64_t e = 0; e < o->S * o->C[i]; e++) {
+            TU_CHECK(!tu_bf16_isnan(o->y[i][e]) || (o->y[i][e] & 0x40), "y NaN 0x%04x not quiet",
+                     o->y[i][e]);
+            TU_CHECK(!tu_bf16_isnan(o->dx[i][e]) || (o->dx[i][e] & 0x40),
+                     "dx NaN 0x%04x not quiet", o->dx[i][e]);
+        }
+}
+
+/* Two sequences [0, 8) and [8, 16), C = 8, x = dy = 1 except for the NaN/inf planted below; the
+ * expected classes follow from IEEE arithmetic (see each channel). */
+static void test_nan_inf_hand(void **state) {
+    (void)state;
+    tu_set_ctx("NaN/inf by hand");
+    enum { T = 16, C = 8 };
+    const int64_t cu[] = {0, 8, 16};
+    const cake_bf16 QNAN = 0x7fc1, SNAN_NEG = 0xff81, PINF16 = 0x7f80, NINF16 = 0xff80;
+    cake_bf16 x[T * C], dy[T * C];
+    float w[C * 4];
+    for (int i = 0; i < T * C; i++)
+        x[i] = dy[i] = 0x3f80;
+    for (int i = 0; i < C * 4; i++)
+        w[i] = 1.0f;
+    /* ch 0: NaN in x row 2, all weights 0: y rows 2-5 read it, 0 * NaN = NaN */
+    x[2 * C + 0] = SNAN_NEG;
+    for (int k = 0; k < 4; k++)
+        w[0 * 4 + k] = 0.0f;
+    /* ch 1: +inf in x row 2, weights 1: y rows 2-5 are +inf */
+    x[2 * C + 1] = PINF16;
+    /* ch 2: +inf in x row 3, w = {-1, 2, -0.5, 0}: row 3 has inf * 0 = NaN, rows 4, 5, 6 get the
+     * sign of w[2], w[1], w[0] */
+    x[3 * C + 2] = PINF16;
+    const float w2[4] = {-1.0f, 2.0f, -0.5f, 0.0f};
+    memcpy(&w[2 * 4], w2, sizeof w2);
+    /* ch 3: +inf at row 1, -inf at row 2: rows reading both are inf - inf = NaN */
+    x[1 * C + 3] = PINF16;
+    x[2 * C + 3] = NINF16;
+    /* ch 4: NaN in the last row of sequence 0 does not reach sequence 1 */
+    x[7 * C + 4] = QNAN;
+    /* ch 5: NaN in dy row 4: dx rows 1-4 and every dw tap */
+    dy[4 * C + 5] = QNAN;
+    /* ch 6: +inf in x row 5, dy = 1: dw taps 1-3 read it (from rows 7, 6, 5), tap 0 would read it
+     * from row 8, which is in sequence 1 and sees +0.0 instead */
+    x[5 * C + 6] = PINF16;
+    /* ch 7: -inf in dy row 10, w = {1, -2, 0, 3}: dx row 10 = 3 * -inf, row 9 = 0 * -inf = NaN,
+     * row 8 = -2 * -inf = +inf, row 7 (sequence 0) finite; dw tap 0 = -inf * (+0.0 padding) = NaN,
+     * taps 1-3 -inf */
+    dy[10 * C + 7] = NINF16;
+    const float w7[4] = {1.0f, -2.0f, 0.0f, 3.0f};
+    memcpy(&w[7 * 4], w7, sizeof w7);
+
+    static const char ycls[8][T + 1] = {
+        "ffNNNNffffffffff", "ff++++ffffffffff", "fffN-+-fffffffff", "f+NNN-ffffffffff",
+        "fffffffNffffffff", "ffffffffffffffff", "fffff+++ffffffff", "ffffffffffffffff",
+    };
+    static const char dxcls[8][T + 1] = {
+        "ffffffffffffffff", "ffffffffffffffff", "ffffffffffffffff", "ffffffffffffffff",
+        "ffffffffffffffff", "fNNNNfffffffffff", "ffffffffffffffff", "ffffffff+N-fffff",
+    };
+    static const char dwcls[8][5] = {"NNNN", "++++", "????", "????", "????", "NNNN", "f+++", "N---"};
+
+    tu_problem pb = {cu, 2, T, 1, {C}, {x}, {dy}, {w}};
+    tu_rank_out o;
+    TU_OK(tu_run_single(&pb, NULL, &o));
+    for (int c = 0; c < C; c++) {
+        for (int t = 0; t < T; t++) {
+            expect_class("y", t, c, tu_bf16_to_f32(o.y[0][t * C + c]), ycls[c][t]);
+            expect_class("dx", t, c, tu_bf16_to_f32(o.dx[0][t * C + c]), dxcls[c][t]);
+        }
+        for (int k = 0; k < 4; k++)
+            if (dwcls[c][k] != '?')
+                expect_class("dw", c, k, o.dw[0][c * 4 + k], dwcls[c][k]);
+    }
+    expect_quiet(&o);
+    tu_rank_out_free(&o);
+
+    /* the same through a partition of 1-2 row fragments, and everything against the reference */
+    tu_rng r;
+    tu_rng_init(&r, 408);
+    for (int trial = 0; trial < 6; trial++) {
+        tu_partition tp;
+        TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, cu, 2, 2));
+        check_against_reference(&pb, &tp, 1);
+        tu_partition_free(&tp);
+    }
+}
+
+/* NaN (quiet and signalling, either sign) and infinities planted at random in x, dy and w: every
+ * non-NaN result bitwise equal to the reference, NaN exactly where the reference has NaN. */
+static void test_nan_inf_random(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 409);
+    const cake_bf16 specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xff85, 0x7fff, 0x7f80, 0xff80};
+    for (int trial = 0; trial < 60; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        tu_partition tp;
+        random_problem(&r, &pb, &cu, 8, 60, (int)tu_range(&r, 1, 2), 24);
+        for (int i = 0; i < pb.n; i++) {
+            for (int64_t e = 0; e < pb.T * pb.C[i]; e++) {
+                if (tu_range(&r, 0, 99) == 0)
+                    pb.x[i][e] = specials[tu_range(&r, 0, 6)];
+                if (tu_range(&r, 0, 99) == 0)
+                    pb.dy[i][e] = specials[tu_range(&r, 0, 6)];
+            }
+            if (trial % 4 == 0) /* a non-finite weight */
+                pb.w[i][tu_range(&r, 0, pb.C[i] * 4 - 1)] = trial % 8 ? INFINITY : NAN;
+        }
+        int P = (int)tu_range(&r, 1, 4);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        tu_set_ctx("NaN/inf random trial %d: %s P=%d, T=%" PRId64, trial, tu_kind_name[kind], P,
+                   pb.T);
+        TU_OK(tu_partition_make(&tp, &r, kind, P, cu, pb.num_seqs, tu_range(&r, 1, 6)));
+        check_against_reference(&pb, &tp, 1);
+        for (int k = 0; k < P; k++) {
+            tu_rank_out o;
+            TU_OK(tu_run_rank(&pb, &tp, k, NULL, 0, &o));
+            expect_quiet(&o);
+            tu_rank_out_free(&o);
+        }
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
+/* ---- empty ranks ----------------------------------------------------------------------------- */
+
+static void test_empty_rank(void **state) {
+    (void)state;
+    tu_set_ctx("S_local = 0");
+    const int64_t cu[] = {0, 10, 20}, b[] = {0, 10, 10, 20}, ch[] = {8, 16};
+    float w0[32], w1[64], dw0[32], dw1[64];
+    for (int i = 0; i < 64; i++) {
+        if (i < 32)
+            w0[i] = 1.0f + (float)i;
+        w1[i] = -2.0f + (float)i;
+    }
+    cake_partition *p = NULL;
+    cake_plan *plan = NULL;
+    TU_OK(cake_partition_create_boundaries(cu, 2, 3, b, &p));
+    TU_OK(cake_plan_create(p, 1, &plan));
+    assert_int_equal(cake_plan_local_rows(plan), 0);
+    assert_int_equal(cake_plan_num_fragments(plan), 0);
+    assert_int_equal(cake_plan_pool_rows(plan), 0);
+
+    const float *ws[] = {w0, w1};
+    float *dws[] = {dw0, dw1};
+    const cake_bf16 *none[] = {NULL, NULL};
+    cake_bf16 *nout[] = {NULL, NULL};
+    float zeros[64] = {0};
+    memset(dw0, 0x5a, sizeof dw0);
+    memset(dw1, 0x5a, sizeof dw1);
+    TU_OK(cake_cpu_forward(plan, 2, ch, none, ws, none, nout, NULL));
+    TU_OK(cake_cpu_backward(plan, 2, ch, none, ws, none, none, none, nout, dws, NULL));
+    TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
+             "empty rank: dw is not +0.0");
+
+    /* non-NULL row pointers are fine too, and nothing is written through them */
+    cake_bf16 in[4] = {0}, out0[4], out1[4], sentinel[4] = {0x5a5a, 0x5a5a, 0x5a5a, 0x5a5a};
+    memcpy(out0, sentinel, sizeof out0);
+    memcpy(out1, sentinel, sizeof out1);
+    const cake_bf16 *some[] = {in, in};
+    cake_bf16 *sout[] = {out0, out1};
+    TU_OK(cake_cpu_forward(plan, 2, ch, some, ws, some, sout, NULL));
+    TU_CHECK(memcmp(out0, sentinel, sizeof out0) == 0 && memcmp(out1, sentinel, sizeof out1) == 0,
+             "empty rank wrote through y");
+    cake_plan_destroy(plan);
+    cake_partition_destroy(p);
+
+    /* T = 0 on one process: only empty sequences, or none */
+    const int64_t cu_empty[] = {0, 0, 0};
+    for (int ns = 0; ns <= 2; ns += 2) {
+        memset(dw0, 0x5a, sizeof dw0);
+        memset(dw1, 0x5a, sizeof dw1);
+        TU_OK(cake_cpu_forward_single_rank(cu_empty, ns, 2, ch, none, ws, nout, NULL));
+        TU_OK(cake_cpu_backward_single_rank(cu_empty, ns, 2, ch, none, ws, none, nout, dws, NULL));
+        TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
+                 "T = 0: dw is not +0.0");
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_thread_counts),   cmocka_unit_test(test_isa_paths),
+        cmocka_unit_test(test_multi_equals_single), cmocka_unit_test(test_partition_invariance),
+        cmocka_unit_test(test_tiny_fragments),  cmocka_unit_test(test_c8),
+        cmocka_unit_test(test_mixed_channels),  cmocka_unit_test(test_nan_inf_hand),
+        cmocka_unit_test(test_nan_inf_random),  cmocka_unit_test(test_empty_rank),
+    };
+    tu_seed();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
