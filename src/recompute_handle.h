@@ -14,6 +14,7 @@ typedef struct cake_conv_entry {
     int64_t pool_rows;
     int64_t total_rows;   /* T of the partition, and the rank, so another context is refused */
     int rank;
+    int device;           /* -1: pools in host memory; else the CUDA device holding them */
     void *pools;          /* the history pools, tensor after tensor */
     int64_t pool_bytes;
     void (*free_pools)(void *pools); /* host free or a device free */
