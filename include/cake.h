@@ -237,6 +237,12 @@ typedef struct cake_transport {
     /* Called once by cake_ctx_destroy; NULL when the caller keeps ownership of state. */
     void (*release)(void *state);
     void *state;
+    /* Optional: the same exchange over device memory, enqueued on `stream` (a cudaStream_t),
+     * returning once enqueued (or, with a timeout, once complete). NULL: the GPU calls stage the
+     * messages through pinned host memory and use `exchange`. */
+    cake_status (*exchange_device)(void *state, int tag, const cake_transfer *sends, int num_sends,
+                                   const cake_transfer *receives, int num_receives,
+                                   double timeout_seconds, void *stream);
 } cake_transport;
 
 typedef struct cake_ctx cake_ctx;

@@ -54,6 +54,44 @@ CAKE_API cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_tens
                                         void *workspace, size_t workspace_bytes,
                                         cudaStream_t stream);
 
+
+/*
+ * Context parallelism on the GPU: as cake_forward / cake_backward (cake.h) with device arrays.
+ * The exchange packs the rows peers need with one kernel, moves them with the context's
+ * transport (NCCL enqueues on `stream`; a host transport such as MPI is staged through pinned
+ * host memory, which waits for the stream), then one kernel assembles the pools. The first GPU
+ * call on a context uploads its tables (synchronously, once). Workspace: a device buffer of at
+ * least cake_ctx_cuda_workspace_size bytes, or NULL to allocate on the stream.
+ */
+CAKE_API cake_status cake_ctx_cuda_workspace_size(const cake_ctx *ctx, int num_tensors,
+                                                  const int64_t *channels, int backward,
+                                                  size_t *bytes);
+CAKE_API cake_status cake_forward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
+                                       const float *w, cake_bf16 *y, cake_bf16 *history,
+                                       cake_recompute_handle *handle, cake_cooperative cooperative,
+                                       void *workspace, size_t workspace_bytes,
+                                       cudaStream_t stream);
+CAKE_API cake_status cake_backward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
+                                        const float *w, const cake_bf16 *history,
+                                        const cake_bf16 *dy, cake_bf16 *dx, float *dw,
+                                        cake_cooperative cooperative, void *workspace,
+                                        size_t workspace_bytes, cudaStream_t stream);
+CAKE_API cake_status cake_forward_multi_cuda(cake_ctx *ctx, int num_tensors,
+                                             const int64_t *channels, const cake_bf16 *const *x,
+                                             const float *const *w, cake_bf16 *const *y,
+                                             cake_bf16 *const *history,
+                                             cake_recompute_handle *handle,
+                                             cake_cooperative cooperative, void *workspace,
+                                             size_t workspace_bytes, cudaStream_t stream);
+CAKE_API cake_status cake_backward_multi_cuda(cake_ctx *ctx, int num_tensors,
+                                              const int64_t *channels, const cake_bf16 *const *x,
+                                              const float *const *w,
+                                              const cake_bf16 *const *history,
+                                              const cake_bf16 *const *dy, cake_bf16 *const *dx,
+                                              float *const *dw, cake_cooperative cooperative,
+                                              void *workspace, size_t workspace_bytes,
+                                              cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

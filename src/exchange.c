@@ -63,12 +63,17 @@ cake_status cake_exchange_host(const cake_halo_lists *lists, const cake_transpor
                 memcpy(pools[i] + peer->rows[r] * channels[i], src,
                        sizeof(cake_bf16) * (size_t)channels[i]);
     }
+    cake_exchange_count(lists, num_tensors, row_elems, stats);
+    return CAKE_SUCCESS;
+}
+
+void cake_exchange_count(const cake_halo_lists *lists, int num_tensors, int64_t row_elems,
+                         cake_ctx_stats *stats) {
     stats->exchanges++;
     stats->messages_sent += lists->num_sends;
     stats->messages_received += lists->num_receives;
     stats->rows_sent += lists->rows_sent * num_tensors;
     stats->rows_received += lists->rows_received * num_tensors;
-    stats->bytes_sent += (int64_t)sizeof(cake_bf16) * send_elems;
-    stats->bytes_received += (int64_t)sizeof(cake_bf16) * recv_elems;
-    return CAKE_SUCCESS;
+    stats->bytes_sent += (int64_t)sizeof(cake_bf16) * lists->rows_sent * row_elems;
+    stats->bytes_received += (int64_t)sizeof(cake_bf16) * lists->rows_received * row_elems;
 }

@@ -29,4 +29,8 @@ cake_status cake_exchange_host(const cake_halo_lists *lists, const cake_transpor
                                cake_bf16 *const *pools, cake_staging *staging,
                                cake_ctx_stats *stats);
 
+/* Adds one exchange of `lists` for num_tensors tensors to the counters. */
+void cake_exchange_count(const cake_halo_lists *lists, int num_tensors, int64_t row_elems,
+                         cake_ctx_stats *stats);
+
 #endif

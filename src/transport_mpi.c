@@ -125,7 +125,7 @@ cake_status cake_mpi_transport_create(MPI_Comm comm, cake_transport *out) {
     mpi_state *s = malloc(sizeof *s);
     if (!s) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "transport: out of memory");
     s->comm = comm;
-    *out = (cake_transport){mpi_exchange, mpi_release, s};
+    *out = (cake_transport){.exchange = mpi_exchange, .release = mpi_release, .state = s};
     return CAKE_SUCCESS;
 }
 

@@ -202,13 +202,13 @@ cake_status check_alignment(const char *name, const void *const *arrays, int n) 
     return CAKE_SUCCESS;
 }
 
-int64_t tree_roots(int64_t rows) {
+} // namespace
+
+extern "C" int64_t cake_cuda_tree_roots(int64_t rows) {
     int64_t roots;
     plan_tree((rows + kBlockRows - 1) / kBlockRows, &roots);
     return roots;
 }
-
-} // namespace
 
 extern "C" int cake_cuda_cooperative_supported(void) {
     int device, supported = 0;
@@ -227,7 +227,7 @@ extern "C" cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *p
     if (num_tensors < 1)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "num_tensors: expected >= 1, got %d", num_tensors);
     if (!channels) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "channels: expected a pointer, got NULL");
-    const int64_t roots = tree_roots(cake_cuda_plan_rows(plan));
+    const int64_t roots = cake_cuda_tree_roots(cake_cuda_plan_rows(plan));
     int64_t total = 0;
     for (int i = 0; i < num_tensors; i++) total += roots * 4 * channels[i];
     *bytes = sizeof(float) * (size_t)total;

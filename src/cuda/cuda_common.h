@@ -26,6 +26,9 @@ extern "C" {
 int64_t cake_cuda_plan_rows(const cake_cuda_plan *plan);
 int64_t cake_cuda_plan_num_fragments(const cake_cuda_plan *plan);
 const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan); /* device */
+/* Roots of every level of the dw tree for S_local rows (the backward workspace per channel
+ * and tap). */
+int64_t cake_cuda_tree_roots(int64_t rows);
 /* The current device must be the plan's. */
 cake_status cake_cuda_plan_check_device(const cake_cuda_plan *plan);
 #ifdef __cplusplus

@@ -1,0 +1,371 @@
+/* The CUDA backend of a context: device tables made on first use, the device exchange (pack,
+ * transport, assemble), the GPU kernels, and the public GPU calls. */
+#include "halo_cuda.h"
+
+#include "ctx_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGNMENT 256
+
+typedef struct device_state {
+    int device;
+    cake_cuda_plan *plan;
+    cake_halo_device halo[2]; /* [CAKE_POOL_HISTORY], [CAKE_POOL_FUTURE] */
+    void *pinned;             /* staging for transports without exchange_device */
+    size_t pinned_bytes;
+    cudaEvent_t staging_done; /* the last copy out of `pinned` */
+} device_state;
+
+typedef struct gpu_call {
+    cake_cooperative cooperative;
+    cudaStream_t stream;
+    char *workspace; /* already acquired for this call */
+} gpu_call;
+
+static void state_free(void *p) {
+    device_state *st = p;
+    if (!st) return;
+    cake_cuda_plan_destroy(st->plan);
+    cake_halo_device_free(&st->halo[0]);
+    cake_halo_device_free(&st->halo[1]);
+    if (st->staging_done) cudaEventDestroy(st->staging_done);
+    cudaFreeHost(st->pinned);
+    free(st);
+}
+
+static cake_status state_of(cake_ctx *ctx, device_state **out) {
+    int device;
+    CAKE_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+    device_state *st = ctx->device_state;
+    if (st) {
+        if (st->device != device)
+            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                             "ctx: its GPU tables live on device %d, but the current device is %d",
+                             st->device, device);
+        *out = st;
+        return CAKE_SUCCESS;
+    }
+    st = calloc(1, sizeof *st);
+    if (!st) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
+    st->device = device;
+    cake_status status = cake_cuda_plan_create(ctx->plan, &st->plan);
+    if (status == CAKE_SUCCESS)
+        status = cake_halo_device_create(ctx->plan, &ctx->lists[CAKE_POOL_HISTORY],
+                                         CAKE_POOL_HISTORY, &st->halo[CAKE_POOL_HISTORY]);
+    if (status == CAKE_SUCCESS)
+        status = cake_halo_device_create(ctx->plan, &ctx->lists[CAKE_POOL_FUTURE],
+                                         CAKE_POOL_FUTURE, &st->halo[CAKE_POOL_FUTURE]);
+    if (status == CAKE_SUCCESS && cudaEventCreateWithFlags(&st->staging_done, cudaEventDisableTiming) != cudaSuccess)
+        status = cake_fail(CAKE_ERROR_CUDA, "cudaEventCreate failed");
+    if (status != CAKE_SUCCESS) {
+        state_free(st);
+        return status;
+    }
+    ctx->device_state = st;
+    ctx->device_state_free = state_free;
+    *out = st;
+    return CAKE_SUCCESS;
+}
+
+/* ---- workspace ---------------------------------------------------------------------------- */
+
+static size_t round_up(size_t n) { return (n + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT; }
+
+/* Layout: send messages, receive messages, then (backward) future pools and the dw workspace. */
+typedef struct layout {
+    size_t send, recv, future, kernel, total;
+} layout;
+
+static void layout_of(const cake_ctx *ctx, int n, const int64_t *channels, int backward,
+                      layout *l) {
+    const int64_t row_elems = cake_total_channels(n, channels);
+    const cake_halo_lists *lists = &ctx->lists[backward ? CAKE_POOL_FUTURE : CAKE_POOL_HISTORY];
+    memset(l, 0, sizeof *l);
+    l->send = round_up(sizeof(cake_bf16) * (size_t)(lists->rows_sent * row_elems));
+    l->recv = round_up(sizeof(cake_bf16) * (size_t)(lists->rows_received * row_elems));
+    if (backward) {
+        l->future = round_up(sizeof(cake_bf16) * (size_t)(cake_plan_pool_rows(ctx->plan) * row_elems));
+        const int64_t roots = cake_cuda_tree_roots(cake_plan_local_rows(ctx->plan));
+        for (int i = 0; i < n; i++) l->kernel += sizeof(float) * (size_t)(roots * 4 * channels[i]);
+        l->kernel = round_up(l->kernel);
+    }
+    l->total = l->send + l->recv + l->future + l->kernel;
+}
+
+cake_status cake_ctx_cuda_workspace_size(const cake_ctx *ctx, int num_tensors,
+                                         const int64_t *channels, int backward, size_t *bytes) {
+    cake_clear_error();
+    if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
+    if (!bytes) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "bytes: expected a pointer, got NULL");
+    if (num_tensors < 1)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "num_tensors: expected >= 1, got %d", num_tensors);
+    if (!channels) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "channels: expected a pointer, got NULL");
+    layout l;
+    layout_of(ctx, num_tensors, channels, backward, &l);
+    *bytes = l.total;
+    return CAKE_SUCCESS;
+}
+
+/* ---- exchange ----------------------------------------------------------------------------- */
+
+static cake_status staging_reserve(device_state *st, size_t bytes) {
+    if (bytes <= st->pinned_bytes) return CAKE_SUCCESS;
+    CAKE_CUDA_CHECK(cudaEventSynchronize(st->staging_done), "cudaEventSynchronize");
+    cudaFreeHost(st->pinned);
+    st->pinned = NULL;
+    st->pinned_bytes = 0;
+    CAKE_CUDA_CHECK(cudaMallocHost(&st->pinned, bytes), "cudaMallocHost(staging)");
+    st->pinned_bytes = bytes;
+    return CAKE_SUCCESS;
+}
+
+/* Transfers over `send` and `recv` (device or pinned host), in the host layout of exchange.c. */
+static cake_status describe(const cake_halo_lists *lists, int64_t row_elems, char *send, char *recv,
+                            cake_transfer **out) {
+    cake_transfer *t = malloc(sizeof *t * (size_t)(lists->num_sends + lists->num_receives + 1));
+    if (!t) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
+    for (int s = 0; s < lists->num_sends; s++) {
+        const int64_t bytes = (int64_t)sizeof(cake_bf16) * lists->sends[s].count * row_elems;
+        t[s] = (cake_transfer){lists->sends[s].peer, send, bytes};
+        send += bytes;
+    }
+    for (int s = 0; s < lists->num_receives; s++) {
+        const int64_t bytes = (int64_t)sizeof(cake_bf16) * lists->receives[s].count * row_elems;
+        t[lists->num_sends + s] = (cake_transfer){lists->receives[s].peer, recv, bytes};
+        recv += bytes;
+    }
+    *out = t;
+    return CAKE_SUCCESS;
+}
+
+static cake_status move(cake_ctx *ctx, device_state *st, const cake_halo_lists *lists, int tag,
+                        int64_t row_elems, char *send, char *recv, cudaStream_t stream) {
+    const size_t send_bytes = sizeof(cake_bf16) * (size_t)(lists->rows_sent * row_elems);
+    const size_t recv_bytes = sizeof(cake_bf16) * (size_t)(lists->rows_received * row_elems);
+    cake_transfer *t;
+    if (ctx->transport.exchange_device) {
+        CAKE_CHECK(describe(lists, row_elems, send, recv, &t));
+        const cake_status status = ctx->transport.exchange_device(
+            ctx->transport.state, tag, t, lists->num_sends, t + lists->num_sends,
+            lists->num_receives, ctx->group.timeout_seconds, stream);
+        free(t);
+        return status;
+    }
+    /* A host transport: wait for the packed rows, exchange from pinned memory, copy back. */
+    CAKE_CHECK(staging_reserve(st, send_bytes + recv_bytes + 1));
+    CAKE_CUDA_CHECK(cudaEventSynchronize(st->staging_done), "cudaEventSynchronize");
+    char *host_send = st->pinned, *host_recv = (char *)st->pinned + send_bytes;
+    if (send_bytes > 0)
+        CAKE_CUDA_CHECK(cudaMemcpyAsync(host_send, send, send_bytes, cudaMemcpyDeviceToHost, stream),
+                        "cudaMemcpyAsync(halo to host)");
+    CAKE_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    CAKE_CHECK(describe(lists, row_elems, host_send, host_recv, &t));
+    const cake_status status = ctx->transport.exchange(ctx->transport.state, tag, t, lists->num_sends,
+                                                       t + lists->num_sends, lists->num_receives,
+                                                       ctx->group.timeout_seconds);
+    free(t);
+    CAKE_CHECK(status);
+    if (recv_bytes > 0)
+        CAKE_CUDA_CHECK(cudaMemcpyAsync(recv, host_recv, recv_bytes, cudaMemcpyHostToDevice, stream),
+                        "cudaMemcpyAsync(halo to device)");
+    CAKE_CUDA_CHECK(cudaEventRecord(st->staging_done, stream), "cudaEventRecord");
+    return CAKE_SUCCESS;
+}
+
+/* Pools of one direction on the device: pack, move, assemble (+0.0, local rows, received rows). */
+static cake_status device_halo(cake_ctx *ctx, device_state *st, cake_pool_kind kind,
+                               const cake_call *call, const gpu_call *g,
+                               const cake_bf16 *const *rows, cake_bf16 *const *pools,
+                               char *send, char *recv) {
+    const cake_halo_lists *lists = &ctx->lists[kind];
+    const cake_halo_device *halo = &st->halo[kind];
+    const int n = call->num_tensors;
+    const int64_t row_elems = cake_total_channels(n, call->channels);
+    if (lists->num_sends > 0 || lists->num_receives > 0) {
+        CAKE_CHECK(cake_halo_pack(halo, n, call->channels, rows, (cake_bf16 *)send, g->stream));
+        const int tag = kind == CAKE_POOL_HISTORY ? CAKE_TAG_HISTORY : CAKE_TAG_FUTURE;
+        const cake_status status = move(ctx, st, lists, tag, row_elems, send, recv, g->stream);
+        if (status != CAKE_SUCCESS) return cake_ctx_exchange_failed(ctx, status);
+        cake_exchange_count(lists, n, row_elems, &ctx->stats);
+    }
+    ctx->stats.rows_copied += cake_plan_local_halo_rows(ctx->plan, kind) * n;
+    return cake_halo_assemble(halo, n, call->channels, rows, (const cake_bf16 *)recv, pools, g->stream);
+}
+
+/* ---- backend ------------------------------------------------------------------------------ */
+
+static cake_status gpu_forward_halo(cake_ctx *ctx, const cake_call *call) {
+    const gpu_call *g = call->backend_call;
+    device_state *st = ctx->device_state;
+    layout l;
+    layout_of(ctx, call->num_tensors, call->channels, 0, &l);
+    return device_halo(ctx, st, CAKE_POOL_HISTORY, call, g, call->x, call->history, g->workspace,
+                       g->workspace + l.send);
+}
+
+static cake_status gpu_forward_compute(cake_ctx *ctx, const cake_call *call) {
+    const gpu_call *g = call->backend_call;
+    const device_state *st = ctx->device_state;
+    return cake_cuda_forward(st->plan, call->num_tensors, call->channels, call->x, call->w,
+                             (const cake_bf16 *const *)call->history, call->y, g->cooperative,
+                             g->stream);
+}
+
+static cake_status gpu_backward(cake_ctx *ctx, const cake_call *call) {
+    const gpu_call *g = call->backend_call;
+    device_state *st = ctx->device_state;
+    const int n = call->num_tensors;
+    layout l;
+    layout_of(ctx, n, call->channels, 1, &l);
+    cake_bf16 **future = malloc(sizeof *future * (size_t)n);
+    if (!future) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
+    char *base = g->workspace + l.send + l.recv;
+    for (int i = 0; i < n; i++) {
+        future[i] = (cake_bf16 *)base;
+        base += sizeof(cake_bf16) * (size_t)(cake_plan_pool_rows(ctx->plan) * call->channels[i]);
+    }
+    cake_status status = device_halo(ctx, st, CAKE_POOL_FUTURE, call, g, call->dy, future,
+                                     g->workspace, g->workspace + l.send);
+    if (status == CAKE_SUCCESS)
+        status = cake_cuda_backward(st->plan, n, call->channels, call->x, call->w,
+                                    (const cake_bf16 *const *)call->history, call->dy,
+                                    (const cake_bf16 *const *)future, call->dx, call->dw,
+                                    g->cooperative, g->workspace + l.send + l.recv + l.future,
+                                    l.kernel, g->stream);
+    free(future);
+    return status;
+}
+
+static void device_free(void *p) { cudaFree(p); }
+
+static cake_status gpu_save_pools(cake_ctx *ctx, const cake_call *call, cake_conv_entry *e) {
+    const gpu_call *g = call->backend_call;
+    const int64_t pool_rows = cake_plan_pool_rows(ctx->plan);
+    const size_t bytes = sizeof(cake_bf16) * (size_t)(pool_rows * cake_total_channels(call->num_tensors, call->channels));
+    char *dst = NULL;
+    CAKE_CUDA_CHECK(cudaMallocAsync((void **)&dst, bytes > 0 ? bytes : 1, g->stream),
+                    "cudaMallocAsync(recompute handle)");
+    e->pools = dst;
+    e->pool_bytes = (int64_t)bytes;
+    e->free_pools = device_free;
+    for (int i = 0; i < call->num_tensors; i++) {
+        const size_t count = sizeof(cake_bf16) * (size_t)(pool_rows * call->channels[i]);
+        if (count > 0)
+            CAKE_CUDA_CHECK(cudaMemcpyAsync(dst, call->history[i], count, cudaMemcpyDeviceToDevice, g->stream),
+                            "cudaMemcpyAsync(recompute handle)");
+        dst += count;
+    }
+    return CAKE_SUCCESS;
+}
+
+static cake_status gpu_load_pools(cake_ctx *ctx, const cake_call *call, const cake_conv_entry *e) {
+    (void)ctx;
+    const gpu_call *g = call->backend_call;
+    const char *src = e->pools;
+    for (int i = 0; i < call->num_tensors; i++) {
+        const size_t count = sizeof(cake_bf16) * (size_t)(e->pool_rows * call->channels[i]);
+        if (count > 0)
+            CAKE_CUDA_CHECK(cudaMemcpyAsync(call->history[i], src, count, cudaMemcpyDeviceToDevice, g->stream),
+                            "cudaMemcpyAsync(recompute handle)");
+        src += count;
+    }
+    return CAKE_SUCCESS;
+}
+
+/* ---- public calls ------------------------------------------------------------------------- */
+
+static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
+                       cake_cooperative cooperative, void *workspace, size_t workspace_bytes,
+                       cudaStream_t stream) {
+    if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
+    const cake_call_args args = cake_call_args_of(ctx, call, backward);
+    CAKE_CHECK(cake_check_call_args(&args));
+    if (cooperative != CAKE_COOPERATIVE_AUTO && cooperative != CAKE_COOPERATIVE_OFF &&
+        cooperative != CAKE_COOPERATIVE_ON)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "cooperative: expected CAKE_COOPERATIVE_AUTO, _OFF or _ON, got %d",
+                         (int)cooperative);
+    if (cooperative == CAKE_COOPERATIVE_ON && !cake_cuda_cooperative_supported())
+        return cake_fail(CAKE_ERROR_UNSUPPORTED,
+                         "cooperative: True was asked for, but the current device cannot launch "
+                         "cooperative kernels");
+    device_state *st = NULL;
+    CAKE_CHECK(state_of(ctx, &st));
+    layout l;
+    layout_of(ctx, call->num_tensors, call->channels, backward, &l);
+    if (workspace && workspace_bytes < l.total)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "workspace_bytes: expected >= %zu (cake_ctx_cuda_workspace_size), got %zu",
+                         l.total, workspace_bytes);
+    if (workspace && (uintptr_t)workspace % ALIGNMENT != 0)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "workspace: expected a %d-byte aligned device pointer, got %p", ALIGNMENT,
+                         workspace);
+    void *owned = NULL;
+    if (!workspace && l.total > 0) {
+        CAKE_CUDA_CHECK(cudaMallocAsync(&owned, l.total, stream), "cudaMallocAsync(workspace)");
+        workspace = owned;
+    }
+    gpu_call g = {cooperative, stream, workspace};
+    cake_call c = *call;
+    c.backend_call = &g;
+    static const cake_backend gpu_backend = {0, gpu_forward_halo, gpu_forward_compute,
+                                             gpu_backward, gpu_save_pools, gpu_load_pools};
+    cake_backend backend = gpu_backend;
+    backend.device = st->device;
+    cake_status status = backward ? cake_ctx_run_backward(ctx, &backend, &c)
+                                  : cake_ctx_run_forward(ctx, &backend, &c);
+    if (owned) {
+        const cudaError_t err = cudaFreeAsync(owned, stream);
+        if (err != cudaSuccess && status == CAKE_SUCCESS)
+            status = cake_fail(CAKE_ERROR_CUDA, "cudaFreeAsync(workspace): %s", cudaGetErrorString(err));
+    }
+    return status;
+}
+
+cake_status cake_forward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x, const float *w,
+                              cake_bf16 *y, cake_bf16 *history, cake_recompute_handle *handle,
+                              cake_cooperative cooperative, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+    cake_clear_error();
+    const cake_call call = {.multi = 0, .num_tensors = 1, .channels = &channels, .x = &x, .w = &w,
+                            .y = &y, .history = &history, .handle = handle};
+    return run(ctx, &call, 0, cooperative, workspace, workspace_bytes, stream);
+}
+
+cake_status cake_backward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
+                               const float *w, const cake_bf16 *history, const cake_bf16 *dy,
+                               cake_bf16 *dx, float *dw, cake_cooperative cooperative,
+                               void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    cake_clear_error();
+    cake_bf16 *h = (cake_bf16 *)history; /* read only in the backward */
+    const cake_call call = {.multi = 0, .num_tensors = 1, .channels = &channels, .x = &x, .w = &w,
+                            .history = &h, .dy = &dy, .dx = &dx, .dw = &dw};
+    return run(ctx, &call, 1, cooperative, workspace, workspace_bytes, stream);
+}
+
+cake_status cake_forward_multi_cuda(cake_ctx *ctx, int num_tensors, const int64_t *channels,
+                                    const cake_bf16 *const *x, const float *const *w,
+                                    cake_bf16 *const *y, cake_bf16 *const *history,
+                                    cake_recompute_handle *handle, cake_cooperative cooperative,
+                                    void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+    cake_clear_error();
+    const cake_call call = {.multi = 1, .num_tensors = num_tensors, .channels = channels, .x = x,
+                            .w = w, .y = y, .history = history, .handle = handle};
+    return run(ctx, &call, 0, cooperative, workspace, workspace_bytes, stream);
+}
+
+cake_status cake_backward_multi_cuda(cake_ctx *ctx, int num_tensors, const int64_t *channels,
+                                     const cake_bf16 *const *x, const float *const *w,
+                                     const cake_bf16 *const *history, const cake_bf16 *const *dy,
+                                     cake_bf16 *const *dx, float *const *dw,
+                                     cake_cooperative cooperative, void *workspace,
+                                     size_t workspace_bytes, cudaStream_t stream) {
+    cake_clear_error();
+    const cake_call call = {.multi = 1, .num_tensors = num_tensors, .channels = channels, .x = x,
+                            .w = w, .history = (cake_bf16 *const *)history, .dy = dy, .dx = dx,
+                            .dw = dw};
+    return run(ctx, &call, 1, cooperative, workspace, workspace_bytes, stream);
+}
