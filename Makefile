@@ -29,8 +29,15 @@ test-sanitize: deps
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 	ctest --test-dir $(BUILD_SAN) --output-on-failure -j $(JOBS)
 
+# Open MPI wants --oversubscribe for more ranks than cores and --allow-run-as-root as root.
+NP ?= 4
+MPIRUN ?= mpirun
+MPIRUN_FLAGS ?= $(shell $(MPIRUN) --version 2>/dev/null | grep -q 'Open MPI' && \
+  echo --oversubscribe $$([ "$$(id -u)" = 0 ] && echo --allow-run-as-root))
+DEMO_ARGS ?=
+
 demo: build
-	$(BUILD)/tools/cake-demo
+	$(MPIRUN) $(MPIRUN_FLAGS) -np $(NP) $(BUILD)/tools/cake-demo $(DEMO_ARGS)
 
 bench: build
 	$(BUILD)/bench/bench_cpu

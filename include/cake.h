@@ -170,6 +170,8 @@ typedef enum cake_cpu_isa {
 /* 1 if this build and processor can run `isa`, else 0. Every path gives the same bits. */
 CAKE_API int cake_cpu_isa_supported(cake_cpu_isa isa);
 CAKE_API const char *cake_cpu_isa_name(cake_cpu_isa isa);
+/* The path a call with `isa` runs: CAKE_CPU_ISA_AUTO becomes the fastest supported one. */
+CAKE_API cake_cpu_isa cake_cpu_isa_resolve(cake_cpu_isa isa);
 
 typedef struct cake_cpu_options {
     int num_threads;  /* 0: $CAKE_NUM_THREADS, else the online processors. Never changes bits. */

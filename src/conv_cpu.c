@@ -42,15 +42,20 @@ const char *cake_cpu_isa_name(cake_cpu_isa isa) {
     }
 }
 
+cake_cpu_isa cake_cpu_isa_resolve(cake_cpu_isa isa) {
+    if (isa != CAKE_CPU_ISA_AUTO) return isa;
+    return cake_cpu_isa_supported(CAKE_CPU_ISA_AVX512) ? CAKE_CPU_ISA_AVX512
+           : cake_cpu_isa_supported(CAKE_CPU_ISA_AVX2) ? CAKE_CPU_ISA_AVX2
+                                                       : CAKE_CPU_ISA_GENERIC;
+}
+
 static const cake_cpu_kernels *kernels_for(cake_cpu_isa isa) {
 #if defined(CAKE_HAVE_X86_KERNELS)
-    if (isa == CAKE_CPU_ISA_AUTO)
-        isa = cake_cpu_isa_supported(CAKE_CPU_ISA_AVX512) ? CAKE_CPU_ISA_AVX512
-              : cake_cpu_isa_supported(CAKE_CPU_ISA_AVX2) ? CAKE_CPU_ISA_AVX2
-                                                          : CAKE_CPU_ISA_GENERIC;
+    isa = cake_cpu_isa_resolve(isa);
     if (isa == CAKE_CPU_ISA_AVX512) return &cake_cpu_kernels_avx512;
     if (isa == CAKE_CPU_ISA_AVX2) return &cake_cpu_kernels_avx2;
 #endif
+    (void)isa;
     return &cake_cpu_kernels_generic;
 }
 

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""GPU benchmark: cake's forward and backward kernels beside torch.nn.functional.conv1d.
+
+Bytes counted: forward x read + y written; backward x, dy read + dx written (pools, weights and
+the dw workspace are not counted). GB/s is also given as a percentage of the device-to-device
+copy bandwidth measured in the same run (torch copy_, bytes read + written). Times are medians
+of CUDA-graph replays (one launch sequence per replay), so host launch overhead is excluded.
+
+Usage: python3 bench/bench_gpu.py --lib build/libcake_cuda.so [--quick]
+"""
+import argparse
+import ctypes
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+CAKE_SUCCESS = 0
+COOP = {"auto": -1, "off": 0, "on": 1}
+
+
+class HaloRow(ctypes.Structure):
+    _fields_ = [("global_row", ctypes.c_int64), ("local_row", ctypes.c_int64),
+                ("rank", ctypes.c_int32), ("is_local", ctypes.c_int32)]
+
+
+class Fragment(ctypes.Structure):
+    _fields_ = [("local_start", ctypes.c_int64), ("length", ctypes.c_int64),
+                ("global_start", ctypes.c_int64), ("seq_index", ctypes.c_int64),
+                ("seq_start", ctypes.c_int64), ("seq_end", ctypes.c_int64),
+                ("history", HaloRow * 3), ("future", HaloRow * 3)]
+
+
+def load(path):
+    lib = ctypes.CDLL(path)
+    P = ctypes.c_void_p
+    lib.cake_last_error.restype = ctypes.c_char_p
+    lib.cake_partition_create_contiguous.argtypes = [P, ctypes.c_int64, ctypes.c_int, P]
+    lib.cake_plan_create.argtypes = [P, ctypes.c_int, P]
+    lib.cake_plan_num_fragments.argtypes = [P]
+    lib.cake_plan_num_fragments.restype = ctypes.c_int64
+    lib.cake_plan_fragment.argtypes = [P, ctypes.c_int64, P]
+    lib.cake_cuda_plan_create.argtypes = [P, P]
+    lib.cake_cuda_backward_workspace_size.argtypes = [P, ctypes.c_int, P, P]
+    lib.cake_cuda_forward.argtypes = [P, ctypes.c_int, P, P, P, P, P, ctypes.c_int, P]
+    lib.cake_cuda_backward.argtypes = [P, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int,
+                                       P, ctypes.c_size_t, P]
+    return lib
+
+
+def check(lib, status, what):
+    if status != CAKE_SUCCESS:
+        raise RuntimeError(f"{what}: {lib.cake_last_error().decode()}")
+
+
+def ptrs(tensors):
+    return (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+
+
+class Problem:
+    """n tensors of [S, C] packed with random sequence lengths, on one rank (P = 1)."""
+
+    def __init__(self, lib, n, S, C, mean_length, seed):
+        g = torch.Generator().manual_seed(seed)
+        lengths, total = [], 0
+        while total < S:
+            ln = min(int(torch.randint(1, 2 * mean_length, (1,), generator=g)), S - total)
+            lengths.append(ln)
+            total += ln
+        self.cu = (ctypes.c_int64 * (len(lengths) + 1))(0, *torch.tensor(lengths).cumsum(0).tolist())
+        self.lib, self.n, self.S, self.C = lib, n, S, C
+        part, plan = ctypes.c_void_p(), ctypes.c_void_p()
+        check(lib, lib.cake_partition_create_contiguous(self.cu, len(lengths), 1, ctypes.byref(part)), "partition")
+        check(lib, lib.cake_plan_create(part, 0, ctypes.byref(plan)), "plan")
+        self.cuda_plan = ctypes.c_void_p()
+        check(lib, lib.cake_cuda_plan_create(plan, ctypes.byref(self.cuda_plan)), "cuda plan")
+        frags = []
+        for f in range(lib.cake_plan_num_fragments(plan)):
+            fr = Fragment()
+            check(lib, lib.cake_plan_fragment(plan, f, ctypes.byref(fr)), "fragment")
+            frags.append(fr)
+        self.channels = (ctypes.c_int64 * n)(*[C] * n)
+        dev = "cuda"
+        self.x = [torch.randn(S, C, generator=g).to(torch.bfloat16).to(dev) for _ in range(n)]
+        self.dy = [torch.randn(S, C, generator=g).to(torch.bfloat16).to(dev) for _ in range(n)]
+        self.w = [(torch.rand(C, 4, generator=g) - 0.5).to(dev) for _ in range(n)]
+        self.y = [torch.empty_like(t) for t in self.x]
+        self.dx = [torch.empty_like(t) for t in self.x]
+        self.dw = [torch.empty_like(t) for t in self.w]
+        # Pools from the fragments (P = 1: every halo row is local or +0.0).
+        hist_idx, fut_idx = [], []
+        for fr in frags:
+            hist_idx += [h.local_row for h in fr.history]
+            fut_idx += [h.local_row for h in fr.future]
+        self.history = [self._pool(t, hist_idx) for t in self.x]
+        self.future = [self._pool(t, fut_idx) for t in self.dy]
+        size = ctypes.c_size_t()
+        check(lib, lib.cake_cuda_backward_workspace_size(self.cuda_plan, n, self.channels, ctypes.byref(size)), "ws")
+        self.workspace = torch.empty(max(size.value, 16), dtype=torch.uint8, device=dev)
+        self.num_seqs = len(lengths)
+
+    @staticmethod
+    def _pool(rows, idx):
+        pool = torch.zeros(len(idx), rows.shape[1], dtype=rows.dtype, device=rows.device)
+        sel = [i for i, r in enumerate(idx) if r >= 0]
+        if sel:
+            pool[sel] = rows[[idx[i] for i in sel]]
+        return pool
+
+    def forward(self, coop):
+        check(self.lib, self.lib.cake_cuda_forward(
+            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), ptrs(self.history),
+            ptrs(self.y), COOP[coop], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "forward")
+
+    def backward(self, coop):
+        check(self.lib, self.lib.cake_cuda_backward(
+            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), ptrs(self.history),
+            ptrs(self.dy), ptrs(self.future), ptrs(self.dx), ptrs(self.dw), COOP[coop],
+            ctypes.c_void_p(self.workspace.data_ptr()), self.workspace.numel(),
+            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "backward")
+
+
+def time_graph(fn, replays):
+    """Median milliseconds of one replay of a CUDA graph holding fn()."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def copy_bandwidth(nbytes):
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = time_graph(lambda: dst.copy_(src), 50)
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def torch_conv(p):
+    """Depthwise causal conv1d over the whole packed batch (ignores sequence boundaries, so it
+    does less than cake), on [1, C, S] inputs prepared outside the timing."""
+    xs = [t.t().contiguous().unsqueeze(0).requires_grad_(True) for t in p.x]
+    ws = [w.flip(1).unsqueeze(1).contiguous().requires_grad_(True) for w in p.w]  # [C, 1, 4]
+    dys = [t.t().contiguous().unsqueeze(0) for t in p.dy]
+
+    def fwd():
+        return [F.conv1d(x, w.to(x.dtype), padding=3, groups=p.C)[..., :p.S] for x, w in zip(xs, ws)]
+
+    outs = fwd()  # the backward alone is timed: autograd.grad over a kept graph
+
+    def bwd():
+        torch.autograd.grad(outs, xs + ws, dys, retain_graph=True)
+
+    return fwd, bwd
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libcake_cuda.so")
+    ap.add_argument("--quick", action="store_true", help="fewer replays")
+    args = ap.parse_args()
+    lib = load(args.lib)
+    replays = 20 if args.quick else 100
+    props = torch.cuda.get_device_properties(0)
+    copy = copy_bandwidth(2 << 30)
+    print(f"device: {props.name}, {props.multi_processor_count} SMs; "
+          f"device-to-device copy: {copy / 1e9:.0f} GB/s (read + write)")
+    shapes = [("main", 3, 32768, 4096, 4096), ("S=8192", 3, 8192, 4096, 4096),
+              ("small", 1, 2048, 2048, 512)]
+    print(f"{'shape':8} {'impl':22} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
+    for name, n, S, C, mean in shapes:
+        p = Problem(lib, n, S, C, mean, seed=1)
+        fwd_bytes = 2 * n * S * C * 2
+        bwd_bytes = 3 * n * S * C * 2
+        rows = []
+        for coop in ("off", "on", "auto"):
+            rows.append((f"cake coop={coop}", "fwd", time_graph(lambda: p.forward(coop), replays), fwd_bytes))
+            rows.append((f"cake coop={coop}", "bwd", time_graph(lambda: p.backward(coop), replays), bwd_bytes))
+        tf, tb = torch_conv(p)
+        with torch.no_grad():
+            rows.append(("torch conv1d", "fwd", time_graph(tf, replays), fwd_bytes))
+        try:
+            rows.append(("torch conv1d autograd", "bwd", time_graph(tb, replays), bwd_bytes))
+        except RuntimeError as e:  # capture of autograd not possible here: say so
+            print(f"{name:8} torch backward not timed: {e}")
+        for impl, d, ms, nbytes in rows:
+            bw = nbytes / (ms * 1e-3)
+            print(f"{name:8} {impl:22} {d:4} {ms * 1e3:9.1f} {bw / 1e9:8.0f} {100 * bw / copy:5.1f}%")
+        del p
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call on the device machine: build, every test (CPU, MPI,
+# GPU), compute-sanitizer on a small case, the large-tensor tests, and the GPU benchmark.
+# Logs go to $OUT (the device tool brings them back). Usage: bash scripts/device-check.sh [quick]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cake-device-out}
+mkdir -p "$OUT"
+mode=${1:-full}
+# Never use NVLink multicast on the shared hosts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+status=0
+step() { echo "== $*"; }
+
+step "machine"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+which mpicc mpirun cmake nvcc compute-sanitizer 2>&1 | sed 's/^/  /'
+
+# cmocka is not on the image: the carried Debian packages hold only its header and library.
+for f in .deps/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
+ldconfig 2>/dev/null
+
+step "build"
+cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
+  || { cat "$OUT/configure.log"; exit 1; }
+grep "cake:" "$OUT/configure.log"
+cmake --build build-device -j 16 > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+
+step "tests"
+ctest --test-dir build-device --output-on-failure -j 8 -LE large > "$OUT/ctest.log" 2>&1 || status=1
+grep -E "tests passed|tests failed|Failed|\*\*\*|Skipped|Not Run" "$OUT/ctest.log" | tail -30
+
+if [ -x build-device/tests/cuda/test_cuda_conv ]; then
+  step "compute-sanitizer (small case)"
+  for tool in memcheck racecheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 1 \
+      build-device/tests/cuda/test_cuda_conv --small > "$OUT/sanitizer-$tool.log" 2>&1 \
+      && echo "  $tool: clean" || { echo "  $tool: FAILED"; tail -20 "$OUT/sanitizer-$tool.log"; status=1; }
+  done
+fi
+
+if [ "$mode" = full ]; then
+  step "large tensors (> 2^31 and > 2^32 elements)"
+  CAKE_LARGE_TESTS=1 ctest --test-dir build-device --output-on-failure -L large > "$OUT/large.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|Passed|Failed" "$OUT/large.log" | tail -5
+fi
+
+step "benchmark"
+python3 bench/bench_gpu.py --lib build-device/libcake_cuda.so $([ "$mode" = quick ] && echo --quick) \
+  2>&1 | tee "$OUT/bench.log" || status=1
+exit $status
