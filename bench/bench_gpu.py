@@ -120,6 +120,21 @@ class Problem:
             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "backward")
 
 
+def time_events(fn, replays):
+    """Median milliseconds of fn() between CUDA events (launch overhead included)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
 def time_graph(fn, replays):
     """Median milliseconds of one replay of a CUDA graph holding fn()."""
     stream = torch.cuda.Stream()
@@ -143,8 +158,12 @@ def time_graph(fn, replays):
 
 
 def copy_bandwidth(nbytes):
+    """Device-to-device copy (cudaMemcpyAsync through torch), bytes read + written, after
+    enough copies to bring the clocks up."""
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
+    for _ in range(200):
+        dst.copy_(src)
     ms = time_graph(lambda: dst.copy_(src), 50)
     return 2 * nbytes / (ms * 1e-3)
 
@@ -171,6 +190,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libcake_cuda.so")
     ap.add_argument("--quick", action="store_true", help="fewer replays")
+    ap.add_argument("--shapes", default="main,S=8192,small", help="comma list of shape names")
+    ap.add_argument("--no-torch", action="store_true", help="cake only")
     args = ap.parse_args()
     lib = load(args.lib)
     replays = 20 if args.quick else 100
@@ -182,6 +203,8 @@ def main():
               ("small", 1, 2048, 2048, 512)]
     print(f"{'shape':8} {'impl':22} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
     for name, n, S, C, mean in shapes:
+        if name not in args.shapes.split(","):
+            continue
         p = Problem(lib, n, S, C, mean, seed=1)
         fwd_bytes = 2 * n * S * C * 2
         bwd_bytes = 3 * n * S * C * 2
@@ -189,18 +212,31 @@ def main():
         for coop in ("off", "on", "auto"):
             rows.append((f"cake coop={coop}", "fwd", time_graph(lambda: p.forward(coop), replays), fwd_bytes))
             rows.append((f"cake coop={coop}", "bwd", time_graph(lambda: p.backward(coop), replays), bwd_bytes))
+        if args.no_torch:
+            shapes_rows(name, rows, copy)
+            continue
         tf, tb = torch_conv(p)
         with torch.no_grad():
             rows.append(("torch conv1d", "fwd", time_graph(tf, replays), fwd_bytes))
+        tb()  # first autograd call outside any capture
+        torch.cuda.synchronize()
         try:
             rows.append(("torch conv1d autograd", "bwd", time_graph(tb, replays), bwd_bytes))
-        except RuntimeError as e:  # capture of autograd not possible here: say so
-            print(f"{name:8} torch backward not timed: {e}")
-        for impl, d, ms, nbytes in rows:
-            bw = nbytes / (ms * 1e-3)
-            print(f"{name:8} {impl:22} {d:4} {ms * 1e3:9.1f} {bw / 1e9:8.0f} {100 * bw / copy:5.1f}%")
+        except RuntimeError:  # autograd could not be captured: time it with events instead
+            torch.cuda.synchronize()
+            rows.append(("torch conv1d autograd*", "bwd", time_events(tb, replays), bwd_bytes))
+        shapes_rows(name, rows, copy)
         del p
         torch.cuda.empty_cache()
+    print(f"device-to-device copy again at the end: {copy_bandwidth(2 << 30) / 1e9:.0f} GB/s")
+    print("* timed with events around each call (launch overhead included): autograd could not "
+          "be captured in a CUDA graph")
+
+
+def shapes_rows(name, rows, copy):
+    for impl, d, ms, nbytes in rows:
+        bw = nbytes / (ms * 1e-3)
+        print(f"{name:8} {impl:22} {d:4} {ms * 1e3:9.1f} {bw / 1e9:8.0f} {100 * bw / copy:5.1f}%")
 
 
 if __name__ == "__main__":

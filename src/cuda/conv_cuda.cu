@@ -37,11 +37,14 @@ __device__ void forward_items(const ConvArgs &a) {
     }
 }
 
-__device__ void backward_items(const ConvArgs &a) {
-    for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
+/* Backward items are tiles, one per thread block at a time (the block shares the tile). */
+__device__ void backward_tiles(const ConvArgs &a) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    BackwardTile &tile = *reinterpret_cast<BackwardTile *>(smem);
+    for (int64_t item = blockIdx.x; item < a.total_work; item += gridDim.x) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
         const int64_t local = item - T.work_begin;
-        backward_item(a, T, local / T.chunks, (local % T.chunks) * kChunk);
+        backward_tile(a, T, local / T.groups, local % T.groups, tile);
     }
 }
 
@@ -66,8 +69,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const __g
     forward_items(a);
 }
 
-__global__ void __launch_bounds__(kThreads, kMinBlocks) backward_kernel(const __grid_constant__ ConvArgs a) {
-    backward_items(a);
+__global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constant__ ConvArgs a) {
+    backward_tiles(a);
 }
 
 __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_kernel(const __grid_constant__ ConvArgs a,
@@ -75,10 +78,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_kernel(const __grid
     tree_items(a, pass);
 }
 
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(kThreads)
     backward_cooperative_kernel(const __grid_constant__ ConvArgs a,
                                 const __grid_constant__ TreePlan tree) {
-    backward_items(a);
+    backward_tiles(a);
     for (int p = 0; p < tree.num_passes; p++) {
         cg::this_grid().sync(); /* the level below is complete */
         tree_items(a, tree.pass[p]);
@@ -109,12 +112,12 @@ TreePlan plan_tree(int64_t num_blocks, int64_t *total_roots) {
 int64_t grid_for(int64_t items) { return (items + kThreads - 1) / kThreads; }
 
 /* Co-resident blocks of `kernel` on the current device. */
-cake_status max_cooperative_grid(const void *kernel, int64_t *blocks) {
+cake_status max_cooperative_grid(const void *kernel, int smem, int64_t *blocks) {
     int device, sms, per_sm = 0;
     CAKE_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
     CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                     "cudaDeviceGetAttribute");
-    CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0),
+    CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     if (per_sm < 1)
         return cake_fail(CAKE_ERROR_UNSUPPORTED,
@@ -124,14 +127,16 @@ cake_status max_cooperative_grid(const void *kernel, int64_t *blocks) {
     return CAKE_SUCCESS;
 }
 
-cake_status launch_cooperative(const void *kernel, int64_t items, void **params, cudaStream_t stream) {
+/* items: threads wanted (or, with per_block set, thread blocks wanted). */
+cake_status launch_cooperative(const void *kernel, int64_t items, int per_block, int smem,
+                               void **params, cudaStream_t stream) {
     int64_t max_blocks = 0;
-    CAKE_CHECK(max_cooperative_grid(kernel, &max_blocks));
-    int64_t blocks = grid_for(items);
+    CAKE_CHECK(max_cooperative_grid(kernel, smem, &max_blocks));
+    int64_t blocks = per_block ? items : grid_for(items);
     if (blocks > max_blocks) blocks = max_blocks;
     if (blocks < 1) blocks = 1;
     CAKE_CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3((unsigned)blocks), dim3(kThreads),
-                                                params, 0, stream),
+                                                params, (size_t)smem, stream),
                     "cudaLaunchCooperativeKernel");
     return CAKE_SUCCESS;
 }
@@ -176,6 +181,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
         T.history = history[i];
         T.channels = channels[i];
         T.chunks = channels[i] / kChunk;
+        T.groups = (channels[i] + kGroup - 1) / kGroup;
         T.work_begin = work;
         if (backward) {
             T.dy = dy[i];
@@ -184,7 +190,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
             T.dw = dw[i];
             T.partials = partials;
             partials += roots * 4 * channels[i];
-            work += a.num_blocks * T.chunks;
+            work += a.num_blocks * T.groups; /* tiles */
         } else {
             T.y = y[i];
             work += (a.rows + kForwardRows - 1) / kForwardRows * T.chunks;
@@ -290,7 +296,7 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
                   NULL, y + first, NULL, NULL, NULL, 0, 0);
         if (coop) {
             void *params[] = {&a};
-            CAKE_CHECK(launch_cooperative((const void *)forward_kernel, a.total_work, params, stream));
+            CAKE_CHECK(launch_cooperative((const void *)forward_kernel, a.total_work, 0, 0, params, stream));
         } else {
             int64_t blocks;
             CAKE_CHECK(launch_ordinary_grid(a.total_work, &blocks));
@@ -347,6 +353,10 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         workspace = owned;
     }
     const int coop = pick_cooperative(cooperative, args.rows, num_tensors, channels);
+    const void *main_kernel = coop ? (const void *)backward_cooperative_kernel : (const void *)backward_kernel;
+    CAKE_CUDA_CHECK(cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         kBackwardSmem),
+                    "cudaFuncSetAttribute");
     int64_t roots;
     const TreePlan tree = plan_tree((args.rows + kBlockRows - 1) / kBlockRows, &roots);
     cake_status status = CAKE_SUCCESS;
@@ -359,14 +369,17 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         for (int i = 0; i < count; i++) partials += roots * 4 * channels[first + i];
         if (coop) {
             void *params[] = {&a, (void *)&tree};
-            status = launch_cooperative((const void *)backward_cooperative_kernel, a.total_work,
-                                        params, stream);
+            status = launch_cooperative((const void *)backward_cooperative_kernel, a.total_work, 1,
+                                        kBackwardSmem, params, stream);
             continue;
         }
-        int64_t blocks;
-        status = launch_ordinary_grid(a.total_work, &blocks);
-        if (status != CAKE_SUCCESS) break;
-        backward_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(a);
+        int64_t blocks = a.total_work;
+        if (blocks > 0x7fffffff) {
+            status = cake_fail(CAKE_ERROR_UNSUPPORTED, "launch: %lld tiles exceed the grid limit",
+                               (long long)blocks);
+            break;
+        }
+        backward_kernel<<<(unsigned)blocks, kThreads, kBackwardSmem, stream>>>(a);
         for (int p = 0; p < tree.num_passes && status == CAKE_SUCCESS; p++) {
             int64_t items = 0;
             const int64_t groups = (tree.pass[p].n_in + kTreeWidth - 1) / kTreeWidth;

@@ -14,12 +14,15 @@ namespace cake_cuda {
 
 constexpr int kMaxTensors = 8;  /* per launch; calls with more are split, bits unchanged */
 constexpr int kChunk = 8;       /* channels per thread */
-constexpr int kForwardRows = 8; /* rows per forward item */
+#ifndef CAKE_CUDA_FORWARD_ROWS
+#define CAKE_CUDA_FORWARD_ROWS 8
+#endif
+constexpr int kForwardRows = CAKE_CUDA_FORWARD_ROWS; /* rows per forward item */
 constexpr int kBlockRows = 256; /* CAKE_DW_BLOCK_ROWS */
 constexpr int kTreeWidth = 32;  /* tree leaves one tree thread folds in registers */
 constexpr int kThreads = 256;
 #ifndef CAKE_CUDA_MIN_BLOCKS
-#define CAKE_CUDA_MIN_BLOCKS 2 /* resident blocks per SM the register budget must allow */
+#define CAKE_CUDA_MIN_BLOCKS 1 /* forward: resident blocks per SM the register budget must allow */
 #endif
 constexpr int kMinBlocks = CAKE_CUDA_MIN_BLOCKS;
 
@@ -30,6 +33,7 @@ struct TensorArgs {
     float *partials; /* backward: [levels][4][channels] fp32, see tree_level_offset */
     float *dw;
     int64_t channels, chunks; /* chunks = channels / kChunk */
+    int64_t groups;           /* backward tiles across the channels: ceil(channels / 64) */
     int64_t work_begin;       /* first item of this tensor in the launch's flat item space */
 };
 
@@ -135,12 +139,6 @@ __device__ __forceinline__ uint4 x_at(const TensorArgs &T, const Cursor &cur, in
                           : load_row8(T.history + (cur.f * 3 + 3 + (r - cur.start)) * T.channels + c);
 }
 
-/* dy at local row r (r may be past the fragment: then a future row). */
-__device__ __forceinline__ uint4 dy_at(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
-    return r < cur.end ? load_row8(T.dy + r * T.channels + c)
-                       : load_row8(T.future + (cur.f * 3 + (r - cur.end)) * T.channels + c);
-}
-
 /* y(t) from x(t-3), x(t-2), x(t-1), x(t). */
 __device__ __forceinline__ void forward_row(const float (&w)[kChunk][4], const uint4 &a,
                                             const uint4 &b, const uint4 &c, const uint4 &d,
@@ -184,90 +182,122 @@ __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0,
     }
 }
 
-/* One row of the backward: dx(t) from dy(t..t+3), and p[k] += dy(t) * x(t-3+k). */
-__device__ __forceinline__ void backward_row(const float (&w)[kChunk][4], const uint4 &x0,
-                                             const uint4 &x1, const uint4 &x2, const uint4 &x3,
-                                             const uint4 &g0, const uint4 &g1, const uint4 &g2,
-                                             const uint4 &g3, float (&p)[4][kChunk], float *dx) {
-#pragma unroll
-    for (int e = 0; e < kChunk; e++) {
-        const float g = channel(g0, e);
-        float acc = __fmaf_rn(w[e][3], g, 0.0f);
-        acc = __fmaf_rn(w[e][2], channel(g1, e), acc);
-        acc = __fmaf_rn(w[e][1], channel(g2, e), acc);
-        dx[e] = __fmaf_rn(w[e][0], channel(g3, e), acc);
-        p[0][e] = __fmaf_rn(g, channel(x0, e), p[0][e]);
-        p[1][e] = __fmaf_rn(g, channel(x1, e), p[1][e]);
-        p[2][e] = __fmaf_rn(g, channel(x2, e), p[2][e]);
-        p[3][e] = __fmaf_rn(g, channel(x3, e), p[3][e]);
-    }
+/* ---- backward: one 256-row dw block x 64 channels per thread block -------------------------
+ * The tile of x and dy rows is staged in shared memory by every thread at once (many loads in
+ * flight), then warps 0-1 run the dw chains (one thread per channel pair and tap pair: the 256
+ * multiply-adds of a block partial are sequential by definition) while warps 2-7 compute dx. */
+constexpr int kGroup = 64;               /* channels per tile */
+constexpr int kPairs = kGroup / 2;
+constexpr int kTileRows = kBlockRows + 3;
+constexpr int kChainThreads = 2 * kPairs; /* warps 0-1 */
+
+struct BackwardTile {
+    uint32_t x[kTileRows][kPairs];  /* local rows t0-3 .. t1-1, row u at index u - t0 + 3 */
+    uint32_t dy[kTileRows][kPairs]; /* local rows t0 .. t1+2, row u at index u - t0 */
+    int64_t frag[kBlockRows], start[kBlockRows], end[kBlockRows]; /* fragment of each row */
+};
+constexpr int kBackwardSmem = (int)sizeof(BackwardTile);
+
+__device__ __forceinline__ uint32_t load_pair(const uint16_t *p) {
+    return __ldg(reinterpret_cast<const uint32_t *>(p));
 }
 
-constexpr int kBackwardStep = 4; /* rows whose loads are issued together on the fast path */
+/* x at local row u for the row of index r in the tile (u in [t - 3, t]). */
+__device__ __forceinline__ uint32_t tile_x(const BackwardTile &s, const TensorArgs &T, int r,
+                                           int64_t t0, int64_t u, int64_t c) {
+    if (u >= s.start[r]) return s.x[u - t0 + 3][(c % kGroup) / 2];
+    return load_pair(T.history + (s.frag[r] * 3 + 3 + (u - s.start[r])) * T.channels + c);
+}
 
-/* dw block b of one tensor for channels [c, c + 8): dx of its rows and the block partials. */
-__device__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
+/* dy at local row u for the row of index r in the tile (u in [t, t + 3]). */
+__device__ __forceinline__ uint32_t tile_dy(const BackwardTile &s, const TensorArgs &T, int r,
+                                            int64_t t0, int64_t u, int64_t c) {
+    if (u < s.end[r]) return s.dy[u - t0][(c % kGroup) / 2];
+    return load_pair(T.future + (s.frag[r] * 3 + (u - s.end[r])) * T.channels + c);
+}
+
+__device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t group,
+                              BackwardTile &s) {
     const int64_t t0 = b * kBlockRows;
     const int64_t t1 = t0 + kBlockRows < a.rows ? t0 + kBlockRows : a.rows;
-    float w[kChunk][4];
-    load_weights(T.w, c, w);
-    float p[4][kChunk];
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-#pragma unroll
-        for (int e = 0; e < kChunk; e++) p[k][e] = 0.0f;
-    Cursor cur = cursor_at(a, t0);
-    /* Windows: x(t-3), x(t-2), x(t-1) and dy(t), dy(t+1), dy(t+2). */
-    uint4 x0 = x_at(T, cur, t0 - 3, c), x1 = x_at(T, cur, t0 - 2, c), x2 = x_at(T, cur, t0 - 1, c);
-    uint4 g0 = dy_at(T, cur, t0, c), g1 = dy_at(T, cur, t0 + 1, c), g2 = dy_at(T, cur, t0 + 2, c);
-    int64_t t = t0;
-    while (t < t1) {
-        if (t + kBackwardStep <= t1 && t + kBackwardStep + 2 < cur.end) {
-            /* Fast path: every row read is inside the fragment; issue all loads first. */
-            uint4 xs[kBackwardStep], gs[kBackwardStep];
-#pragma unroll
-            for (int r = 0; r < kBackwardStep; r++) {
-                xs[r] = load_row8(T.x + (t + r) * T.channels + c);
-                gs[r] = load_row8(T.dy + (t + r + 3) * T.channels + c);
-            }
-#pragma unroll
-            for (int r = 0; r < kBackwardStep; r++) {
-                const uint4 xt = xs[r], g3 = gs[r];
-                float out[kChunk];
-                backward_row(w, x0, x1, x2, xt, g0, g1, g2, g3, p, out);
-                store_row8(T.dx + (t + r) * T.channels + c, out);
-                x0 = x1; x1 = x2; x2 = xt;
-                g0 = g1; g1 = g2; g2 = g3;
-            }
-            t += kBackwardStep;
-            continue;
-        }
-        if (t == cur.end) { /* a new fragment: reload both windows from its pools */
-            cursor_next(a, cur);
-            x0 = x_at(T, cur, t - 3, c);
-            x1 = x_at(T, cur, t - 2, c);
-            x2 = x_at(T, cur, t - 1, c);
-            g0 = dy_at(T, cur, t, c);
-            g1 = dy_at(T, cur, t + 1, c);
-            g2 = dy_at(T, cur, t + 2, c);
-        }
-        const uint4 xt = load_row8(T.x + t * T.channels + c);
-        const uint4 g3 = dy_at(T, cur, t + 3, c);
-        float out[kChunk];
-        backward_row(w, x0, x1, x2, xt, g0, g1, g2, g3, p, out);
-        store_row8(T.dx + t * T.channels + c, out);
-        x0 = x1; x1 = x2; x2 = xt;
-        g0 = g1; g1 = g2; g2 = g3;
-        t++;
+    const int rows = (int)(t1 - t0);
+    const int64_t c0 = group * kGroup;
+    const int pairs = (int)((T.channels - c0 < kGroup ? T.channels - c0 : kGroup) / 2);
+    /* Stage the tile: 16-byte loads, all issued before anything waits on them. */
+    for (int idx = threadIdx.x; idx < kTileRows * (kGroup / 8); idx += blockDim.x) {
+        const int r = idx / (kGroup / 8), q = idx % (kGroup / 8);
+        if (q * 4 >= pairs) continue;
+        const int64_t c = c0 + q * 8;
+        const int64_t ux = t0 - 3 + r, ud = t0 + r;
+        if (ux >= 0 && ux < t1)
+            *reinterpret_cast<uint4 *>(&s.x[r][q * 4]) = load_row8(T.x + ux * T.channels + c);
+        if (ud < a.rows)
+            *reinterpret_cast<uint4 *>(&s.dy[r][q * 4]) = load_row8(T.dy + ud * T.channels + c);
     }
-    /* Partials of block b at level 0: [b][k][channels]. */
-    float *dst = T.partials + b * 4 * T.channels + c;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float4 *q = reinterpret_cast<float4 *>(dst + k * T.channels);
-        q[0] = make_float4(p[k][0], p[k][1], p[k][2], p[k][3]);
-        q[1] = make_float4(p[k][4], p[k][5], p[k][6], p[k][7]);
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        const int64_t f = fragment_of(a, t0 + r);
+        s.frag[r] = f;
+        s.start[r] = __ldg(a.frag_start + f);
+        s.end[r] = __ldg(a.frag_start + f + 1);
     }
+    __syncthreads();
+    if (threadIdx.x < kChainThreads) {
+        /* dw chains: taps 2h and 2h+1 of both channels of pair p, rows in order. */
+        const int p = threadIdx.x % kPairs, h = threadIdx.x / kPairs;
+        if (p < pairs) {
+            const int64_t c = c0 + 2 * p;
+            float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}; /* [tap - 2h][parity] */
+            uint32_t w1 = 0, w2 = 0, w3 = 0; /* x(t-3), x(t-2), x(t-1) */
+#pragma unroll 4
+            for (int r = 0; r < rows; r++) {
+                const int64_t t = t0 + r;
+                if (r == 0 || t == s.start[r]) { /* block or fragment start: refill the window */
+                    w1 = tile_x(s, T, r, t0, t - 3, c);
+                    w2 = tile_x(s, T, r, t0, t - 2, c);
+                    w3 = tile_x(s, T, r, t0, t - 1, c);
+                }
+                const uint32_t xt = s.x[r + 3][p], g = s.dy[r][p];
+                const uint32_t xa = h == 0 ? w1 : w3, xb = h == 0 ? w2 : xt;
+                acc[0][0] = __fmaf_rn(bf16_lo(g), bf16_lo(xa), acc[0][0]);
+                acc[0][1] = __fmaf_rn(bf16_hi(g), bf16_hi(xa), acc[0][1]);
+                acc[1][0] = __fmaf_rn(bf16_lo(g), bf16_lo(xb), acc[1][0]);
+                acc[1][1] = __fmaf_rn(bf16_hi(g), bf16_hi(xb), acc[1][1]);
+                w1 = w2;
+                w2 = w3;
+                w3 = xt;
+            }
+            float *dst = T.partials + b * 4 * T.channels + c;
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                dst[(2 * h + k) * T.channels] = acc[k][0];
+                dst[(2 * h + k) * T.channels + 1] = acc[k][1];
+            }
+        }
+    } else {
+        /* dx: one channel pair of one row per item. */
+        const int items = rows * pairs;
+        for (int idx = threadIdx.x - kChainThreads; idx < items; idx += blockDim.x - kChainThreads) {
+            const int r = idx / pairs, p = idx % pairs;
+            const int64_t t = t0 + r, c = c0 + 2 * p;
+            float wv[4][2];
+            const float4 we = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4));
+            const float4 wo = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4 + 4));
+            wv[0][0] = we.x; wv[1][0] = we.y; wv[2][0] = we.z; wv[3][0] = we.w;
+            wv[0][1] = wo.x; wv[1][1] = wo.y; wv[2][1] = wo.z; wv[3][1] = wo.w;
+            uint32_t g[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) g[j] = tile_dy(s, T, r, t0, t + j, c);
+            float e = __fmaf_rn(wv[3][0], bf16_lo(g[0]), 0.0f), o = __fmaf_rn(wv[3][1], bf16_hi(g[0]), 0.0f);
+            e = __fmaf_rn(wv[2][0], bf16_lo(g[1]), e);
+            o = __fmaf_rn(wv[2][1], bf16_hi(g[1]), o);
+            e = __fmaf_rn(wv[1][0], bf16_lo(g[2]), e);
+            o = __fmaf_rn(wv[1][1], bf16_hi(g[2]), o);
+            e = __fmaf_rn(wv[0][0], bf16_lo(g[3]), e);
+            o = __fmaf_rn(wv[0][1], bf16_hi(g[3]), o);
+            *reinterpret_cast<uint32_t *>(T.dx + t * T.channels + c) = pack2(e, o);
+        }
+    }
+    __syncthreads(); /* the tile is reused by this block's next item */
 }
 
 /* One tree thread: folds up to 32 consecutive roots of one (tap, channel) column by the

@@ -334,7 +334,7 @@ int mc_trial_make(mc_trial *t, uint64_t stream, int index, int P, int part, int6
     char detail[96];
     cake_status st = make_partition(t, &r, P, detail, sizeof detail);
     int len = snprintf(t->desc, sizeof t->desc,
-                       "trial %d: %s%s partition; %s sequences: %" PRId64 ", T = %" PRId64
+                       "trial %d: %s%s partition; sequences: %s, %" PRId64 " of them, T = %" PRId64
                        "; n = %d, C =",
                        index, mc_part_name[t->part], detail, seqs_name[shape], t->num_seqs, t->T,
                        t->n);

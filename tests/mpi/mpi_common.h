@@ -1,7 +1,9 @@
 /* Shared pieces of the multi-rank tests: MPI start and finish with a failure count reduced over
  * every rank, inputs hashed from (seed, tensor, global row, channel) so any rank builds any row
  * on its own, random trials (sequences, channel counts, partitions of every kind) that every
- * rank derives identically without communication, and a rank's local buffers. */
+ * rank derives identically without communication, and a rank's local buffers.
+ * Environment: CAKE_TEST_SEED (the base seed), CAKE_MPI_TRIALS (trials per program),
+ * CAKE_MPI_VERBOSE=1 (rank 0 prints each trial). */
 #ifndef CAKE_MPI_COMMON_H
 #define CAKE_MPI_COMMON_H
 

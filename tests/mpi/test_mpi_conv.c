@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_TRIALS 28 /* x 5 launch sizes; $CAKE_MPI_TRIALS overrides */
+#define DEFAULT_TRIALS 64 /* x 5 launch sizes; $CAKE_MPI_TRIALS overrides */
 
 /* Fragments of a rank counted from its local -> global rows alone (SPEC 2): a new one starts
  * where the next local row is not the next global row or lies in another sequence. */

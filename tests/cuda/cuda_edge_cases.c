@@ -1,0 +1,289 @@
+/* The edge cases of the core issue on the GPU, each GPU vs CPU bitwise in every launch form (and
+ * against the reference where noted): S_local = 0, one row, fragments of 1 and 2 rows, sequences
+ * spanning many ranks, many fragments inside one 8-row item, C = 8, large C that is not a power of
+ * two, mixed C, row counts around the 8-row items and 256-row dw blocks, every depth of the dw tree,
+ * AUTO on a call large enough to pick ordinary launches, NaN and infinity. */
+#include "cuda_tests.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* All ranks of tp in every launch form; with_ref also against the reference; ranks without rows
+ * must come back with dw = +0.0 exactly. Returns the number of mismatching arrays. */
+static int check_case(const cc_problem *pb, const tu_partition *tp, const char *label,
+                      int with_ref, unsigned char poison, int nan_equal) {
+    int bad = 0;
+    tu_problem view;
+    tu_ref ref;
+    if (with_ref) {
+        view = cc_problem_view(pb);
+        tu_ref_compute(&ref, &view);
+    }
+    for (int k = 0; k < tp->P; k++) {
+        cc_rank rk;
+        cc_rank_init(&rk, pb, tp, k);
+        bad += cc_check_all_forms(&rk, label, poison, nan_equal, ct_stream);
+        if (with_ref) {
+            char what[200];
+            snprintf(what, sizeof what, "%s: last GPU run vs reference, rank %d", label, k);
+            bad += cc_compare_reference(what, &rk, &view, &ref, tp->l2g[k], nan_equal);
+        }
+        if (rk.S == 0)
+            for (int i = 0; i < rk.n; i++)
+                for (int64_t e = 0; e < rk.C[i] * 4; e++) {
+                    uint32_t bits;
+                    memcpy(&bits, &rk.g_dw[i][e], 4);
+                    if (bits != 0) {
+                        tu_report("%s: rank %d has no rows but dw[%d][%" PRId64 "] = 0x%08x, "
+                                  "want +0.0",
+                                  label, k, i, e, bits);
+                        bad++;
+                        break;
+                    }
+                }
+        cc_rank_free(&rk);
+    }
+    if (with_ref)
+        tu_ref_free(&ref);
+    return bad;
+}
+
+/* A fixed batch with random values; partitions built by `kind` (or ranges when counts != NULL). */
+static int check_fixed(tu_rng *r, const char *label, const int64_t *cu_values, int64_t num_seqs,
+                       int n, const int64_t *C, tu_kind kind, int P, int64_t max_chunk,
+                       const int64_t *counts, const cake_range *ranges, int with_ref) {
+    cc_problem pb;
+    cc_problem_init(&pb, r, TU_MODERATE, cc_cu_copy(cu_values, num_seqs), num_seqs, n, C);
+    tu_partition tp;
+    tu_set_ctx("%s: %s P=%d, T=%" PRId64 ", %" PRId64 " seqs, %d tensors, C[0]=%" PRId64, label,
+               counts ? "explicit ranges" : tu_kind_name[kind], P, pb.T, num_seqs, n, C[0]);
+    if (counts)
+        TU_OK(tu_partition_explicit(&tp, pb.cu, num_seqs, P, counts, ranges));
+    else
+        TU_OK(tu_partition_make(&tp, r, kind, P, pb.cu, num_seqs, max_chunk));
+    int bad = check_case(&pb, &tp, label, with_ref, 0xff, 0);
+    tu_partition_free(&tp);
+    cc_problem_free(&pb);
+    return bad;
+}
+
+void test_empty_ranks(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE);
+    int bad = 0;
+    const int64_t C2[] = {8, 40};
+    /* T = 0: no sequences, or only empty ones; every rank has S_local = 0 */
+    const int64_t cu_none[] = {0}, cu_empty[] = {0, 0, 0, 0};
+    for (int kind = 0; kind < TU_KIND_COUNT; kind++) {
+        bad += check_fixed(&r, "T = 0, no sequences", cu_none, 0, 2, C2, (tu_kind)kind, 3, 4, NULL,
+                           NULL, 0);
+        bad += check_fixed(&r, "T = 0, empty sequences", cu_empty, 3, 2, C2, (tu_kind)kind, 2, 4,
+                           NULL, NULL, 0);
+    }
+    /* rows on one rank only: rank 1 holds just an empty range, rank 2 no range at all */
+    const int64_t cu[] = {0, 5, 5, 9}, counts[] = {1, 1, 0};
+    const cake_range ranges[] = {{0, 9}, {4, 4}};
+    bad += check_fixed(&r, "one rank holds every row", cu, 3, 2, C2, TU_RANGES, 3, 0, counts,
+                       ranges, 1);
+    /* more ranks than rows: ranks 9..11 are empty, the others hold one row each */
+    bad += check_fixed(&r, "12 ranks over 9 rows", cu, 3, 2, C2, TU_CONTIGUOUS, 12, 0, NULL, NULL,
+                       1);
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+void test_one_row(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE + 100);
+    int bad = 0;
+    const int64_t cu1[] = {0, 1}, cu_pad[] = {0, 0, 1, 1}, C1[] = {8}, C3[] = {8, 264, 16};
+    bad += check_fixed(&r, "one row", cu1, 1, 1, C1, TU_CONTIGUOUS, 1, 0, NULL, NULL, 1);
+    bad += check_fixed(&r, "one row, three tensors", cu1, 1, 3, C3, TU_CONTIGUOUS, 1, 0, NULL,
+                       NULL, 1);
+    bad += check_fixed(&r, "one row between empty sequences", cu_pad, 3, 3, C3, TU_CONTIGUOUS, 2,
+                       0, NULL, NULL, 1);
+    /* one row per rank: each fragment's history lies 1, 2 and 3 ranks back */
+    const int64_t cu7[] = {0, 7};
+    bad += check_fixed(&r, "one row per rank", cu7, 1, 3, C3, TU_CONTIGUOUS, 7, 0, NULL, NULL, 1);
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* Fragments shorter than 3 rows (halo rows several ranks back or elsewhere on the same rank),
+ * sequences spanning every rank, and many fragments inside one 8-row forward item. */
+void test_short_fragments(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE + 200);
+    int bad = 0;
+    const int64_t C2[] = {8, 24};
+    const int64_t cu_long[] = {0, 500}, cu_mixed[] = {0, 1, 3, 90, 90, 91, 300, 302, 600};
+    for (int64_t chunk = 1; chunk <= 3; chunk++)
+        for (int P = 2; P <= 8; P += 3) {
+            char label[96];
+            snprintf(label, sizeof label, "one sequence, chunks of 1..%" PRId64 " rows", chunk);
+            bad += check_fixed(&r, label, cu_long, 1, 2, C2, TU_RANGES, P, chunk, NULL, NULL,
+                               chunk == 1);
+            snprintf(label, sizeof label, "mixed sequences, chunks of 1..%" PRId64 " rows", chunk);
+            bad += check_fixed(&r, label, cu_mixed, 8, 2, C2, TU_RANGES, P, chunk, NULL, NULL, 0);
+        }
+    /* zigzag with 2-row chunks: one sequence across all 8 ranks */
+    const int64_t cu32[] = {0, 32}, cu35[] = {0, 35};
+    bad += check_fixed(&r, "zigzag, 2-row chunks", cu32, 1, 2, C2, TU_ZIGZAG, 8, 0, NULL, NULL, 1);
+    bad += check_fixed(&r, "zigzag, 2-3-row chunks", cu35, 1, 2, C2, TU_ZIGZAG, 8, 0, NULL, NULL,
+                       1);
+    /* every row its own sequence or 2-row sequence: up to 8 fragments per 8-row item, P = 1 */
+    int64_t cu_tiny[41];
+    cu_tiny[0] = 0;
+    for (int q = 0; q < 40; q++)
+        cu_tiny[q + 1] = cu_tiny[q] + 1 + (q % 3 == 2);
+    bad += check_fixed(&r, "sequences of 1-2 rows", cu_tiny, 40, 2, C2, TU_CONTIGUOUS, 1, 0, NULL,
+                       NULL, 1);
+    /* one sequence, rows dealt out one by one and shuffled: every local row a fragment */
+    const int64_t cu_one[] = {0, 64};
+    bad += check_fixed(&r, "single-row fragments", cu_one, 1, 2, C2, TU_RANGES, 2, 1, NULL, NULL,
+                       1);
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+void test_channel_counts(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE + 300);
+    int bad = 0;
+    const int64_t cu[] = {0, 3, 100, 100, 277, 290, 600}; /* T = 600 */
+    const int64_t c8[] = {8}, c4104[] = {4104}, c2056[] = {2056}, mixed[] = {8, 4104, 24, 520};
+    bad += check_fixed(&r, "C = 8", cu, 6, 1, c8, TU_RANGES, 3, 40, NULL, NULL, 1);
+    bad += check_fixed(&r, "C = 4104", cu, 6, 1, c4104, TU_ZIGZAG, 2, 0, NULL, NULL, 1);
+    bad += check_fixed(&r, "C = 2056", cu, 6, 1, c2056, TU_RANGES, 2, 7, NULL, NULL, 0);
+    bad += check_fixed(&r, "mixed C", cu, 6, 4, mixed, TU_RANGES, 3, 100, NULL, NULL, 1);
+    /* C = 8 everywhere over random batches */
+    for (int trial = 0; trial < 6; trial++) {
+        int64_t *cu_r, C[3] = {8, 8, 8};
+        int64_t ns = tu_random_cu(&r, 10, trial % 2 ? 500 : 20, &cu_r);
+        cc_problem pb;
+        cc_problem_init(&pb, &r, TU_WIDE, cu_r, ns, 3, C);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        tu_set_ctx("C = 8 trial %d: %s P=4, T=%" PRId64, trial, tu_kind_name[kind], pb.T);
+        tu_partition tp;
+        TU_OK(tu_partition_make(&tp, &r, kind, 4, pb.cu, ns, tu_range(&r, 1, 20)));
+        bad += check_case(&pb, &tp, "C = 8, random", 0, 0xff, 0);
+        tu_partition_free(&tp);
+        cc_problem_free(&pb);
+    }
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* Row counts and sequence bounds at and around multiples of 8 (forward items) and 256 (dw
+ * blocks), fragments crossing block boundaries. */
+void test_block_boundaries(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE + 400);
+    int bad = 0;
+    const int64_t C2[] = {16, 8};
+    static const int64_t lengths[] = {7, 8, 9, 255, 256, 257, 263, 511, 512, 513, 1000};
+    for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
+        const int64_t cu[] = {0, lengths[k]};
+        char label[64];
+        snprintf(label, sizeof label, "one sequence of %" PRId64 " rows", lengths[k]);
+        bad += check_fixed(&r, label, cu, 1, 2, C2, TU_CONTIGUOUS, 1, 0, NULL, NULL, 1);
+    }
+    const int64_t cu_b[] = {0, 7, 8, 9, 255, 256, 257, 511, 513, 520, 1031, 1281};
+    bad += check_fixed(&r, "sequence bounds at 8k +- 1 and 256k +- 1", cu_b, 11, 2, C2,
+                       TU_CONTIGUOUS, 1, 0, NULL, NULL, 1);
+    for (int kind = 0; kind < TU_KIND_COUNT; kind++)
+        bad += check_fixed(&r, "fragments across blocks", cu_b, 11, 2, C2, (tu_kind)kind, 3, 300,
+                           NULL, NULL, 0);
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* dw trees of every depth the launcher plans: 1 block, 32 (one pass), 33 and 1024 (two),
+ * 1025 and 1100 (three), plus odd leftovers; checked against the reference too. */
+void test_tree_depths(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_TREE);
+    int bad = 0;
+    static const int64_t rows[] = {100,        32 * 256,     32 * 256 + 1, 33 * 256 - 5,
+                                   1024 * 256, 1024 * 256 + 3, 1100 * 256 - 77};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        const int64_t T = rows[k];
+        const int64_t cu[] = {0, T / 3, T / 3, T - 1000 > T / 3 ? T - 1000 : T / 3, T};
+        const int64_t C[] = {8};
+        char label[96];
+        snprintf(label, sizeof label, "dw tree over %" PRId64 " rows (%" PRId64 " blocks)", T,
+                 (T + 255) / 256);
+        bad += check_fixed(&r, label, cu, 4, 1, C, TU_CONTIGUOUS, 1, 0, NULL, NULL, 1);
+        if (T > 100000)
+            bad += check_fixed(&r, label, cu, 4, 1, C, TU_ZIGZAG, 2, 0, NULL, NULL, 0);
+    }
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* More than 2^24 elements in one call: AUTO picks ordinary launches (by the launcher's rule), and
+ * ON has to loop its capped grid over many items. */
+void test_auto_large(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE + 500);
+    int bad = 0;
+    const int64_t cu[] = {0, 9, 30000, 30000, 65601}, C1[] = {256}, C2[] = {128, 136};
+    bad += check_fixed(&r, "2^24 + elements, one tensor", cu, 4, 1, C1, TU_CONTIGUOUS, 1, 0, NULL,
+                       NULL, 0);
+    bad += check_fixed(&r, "2^24 + elements over two tensors", cu, 4, 2, C2, TU_ZIGZAG, 1, 0, NULL,
+                       NULL, 0);
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* NaN and infinity in x, dy and w: GPU equals CPU with any NaN matching any NaN (GPU arithmetic
+ * makes a canonical NaN, x86 keeps payloads; payloads are not part of the contract); every other
+ * value bitwise. The poison is finite here (0x5a5a), so an unwritten element cannot pass as a NaN.
+ * Every NaN the GPU writes to y or dx must be quiet. */
+void test_nan_inf(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_NAN);
+    int bad = 0;
+    for (int trial = 0; trial < 10; trial++) {
+        int64_t *cu, C[3];
+        int64_t ns = tu_random_cu(&r, 8, trial % 2 ? 400 : 12, &cu);
+        int n = (int)tu_range(&r, 1, 3);
+        tu_random_channels(&r, n, 48, C);
+        cc_problem pb;
+        cc_problem_init(&pb, &r, TU_MODERATE, cu, ns, n, C);
+        cc_inject_specials(&pb, &r, (int)tu_range(&r, 1, 4));
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        int P = (int)tu_range(&r, 1, 4);
+        tu_set_ctx("NaN/inf trial %d: %s P=%d, T=%" PRId64 ", %d tensors", trial,
+                   tu_kind_name[kind], P, pb.T, n);
+        tu_partition tp;
+        TU_OK(tu_partition_make(&tp, &r, kind, P, pb.cu, ns, tu_range(&r, 1, 8)));
+        bad += check_case(&pb, &tp, "NaN/inf", n <= TU_MAX_TENSORS, 0x5a, 1);
+        for (int k = 0; k < P; k++) { /* quiet NaNs only */
+            cc_rank rk;
+            cc_rank_init(&rk, &pb, &tp, k);
+            cc_launch l = {0, n, CAKE_COOPERATIVE_OFF, CC_WS_NULL, 0x5a, ct_stream};
+            cc_gpu_run(&rk, &l);
+            for (int i = 0; i < n; i++)
+                for (int64_t e = 0; e < rk.S * rk.C[i]; e++) {
+                    cake_bf16 v[2] = {rk.g_y[i][e], rk.g_dx[i][e]};
+                    for (int a = 0; a < 2; a++)
+                        if (tu_bf16_isnan(v[a]) && !(v[a] & 0x40)) {
+                            tu_report("%s[%d] row %" PRId64 " col %" PRId64
+                                      " (rank %d) is a signalling NaN 0x%04x",
+                                      a ? "dx" : "y", i, e / rk.C[i], e % rk.C[i], k, v[a]);
+                            bad++;
+                            e = rk.S * rk.C[i];
+                            break;
+                        }
+                }
+            cc_rank_free(&rk);
+        }
+        tu_partition_free(&tp);
+        cc_problem_free(&pb);
+    }
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}

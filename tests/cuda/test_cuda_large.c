@@ -1,0 +1,414 @@
+/* Tensors of more than 2^31 and more than 2^32 elements (C = 8192, rank 1 of a 2-rank partition):
+ * GPU y, dx and dw equal the CPU's bitwise in every launch form, and spot rows (around the
+ * element indices 2^31 and 2^32, fragment edges, the ends) and spot dw channels equal a scalar
+ * evaluation of SPEC 3 from the hash-defined inputs.
+ *
+ * Runs only with CAKE_LARGE_TESTS=1 (else exit 77, skipped); needs about 4 x 8.6 GB of host
+ * memory and of GPU memory for the 2^32 case (checked first: exit 77 with the reason when short).
+ * Seed: CAKE_TEST_SEED. */
+#include "cuda_util.h"
+#include "large_data.h"
+#include "reference.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LARGE_C 8192
+#define RANK0_ROWS 13 /* rank 0: global rows [1000, 1002), [5000, 5001), [T - 700, T - 690) */
+
+static int64_t g_pool_rows; /* set per case, for the report */
+
+/* The last sequence q with cu[q] <= g (the one holding g, empty sequences skipped). */
+static int64_t seq_of(const int64_t *cu, int64_t num_seqs, int64_t g) {
+    int64_t lo = 0, hi = num_seqs; /* cu[lo] <= g < cu[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cu[mid] <= g)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct large_case {
+    int64_t C, S, T, num_seqs;
+    int64_t cu[16];
+    cake_range r0[3], r1[4];
+    lg_rows rows; /* rank 1 */
+    lg_data d;
+} large_case;
+
+/* Rank 1 gets S rows; sequences span the rows where the element index passes 2^31 and 2^32. */
+static void layout(large_case *L, int64_t S) {
+    memset(L, 0, sizeof *L);
+    L->C = LARGE_C;
+    L->S = S;
+    const int64_t T = S + RANK0_ROWS;
+    L->T = T;
+    L->r0[0] = (cake_range){1000, 1002};
+    L->r0[1] = (cake_range){5000, 5001};
+    L->r0[2] = (cake_range){T - 700, T - 690};
+    L->r1[0] = (cake_range){0, 1000};
+    L->r1[1] = (cake_range){1002, 5000};
+    L->r1[2] = (cake_range){5001, T - 700};
+    L->r1[3] = (cake_range){T - 690, T};
+    lg_rows_init(&L->rows, L->r1, 4);
+    /* global rows of the local rows where the element index reaches 2^31 and 2^32 */
+    const int64_t g31 = lg_global_row(&L->rows, ((int64_t)1 << 31) / L->C);
+    const int64_t g32 = lg_global_row(&L->rows, ((int64_t)1 << 32) / L->C);
+    int64_t cand[] = {1, 1, 999, 3000, g31 - 321, g31 + 400, g32 - 1234, g32 + 77, T - 695, T - 695};
+    int64_t n = 0;
+    L->cu[n++] = 0;
+    for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++)
+        if (cand[k] > 0 && cand[k] < T)
+            L->cu[n++] = cand[k];
+    qsort(L->cu + 1, (size_t)(n - 1), sizeof(int64_t), cmp_i64);
+    L->cu[n] = T;
+    L->num_seqs = n;
+    lg_data_init(&L->d, tu_seed() ^ (uint64_t)S, L->C);
+}
+
+/* ---- scalar SPEC 3 from the hash, for spot checks --------------------------------------------- */
+
+static float xval(const large_case *L, int64_t g, int64_t s0, int64_t c) {
+    return g >= s0 ? ref_bf16_to_f32(lg_value(&L->d, LG_X, g, c)) : 0.0f;
+}
+
+static float dyval(const large_case *L, int64_t g, int64_t s1, int64_t c) {
+    return g < s1 ? ref_bf16_to_f32(lg_value(&L->d, LG_DY, g, c)) : 0.0f;
+}
+
+static cake_bf16 y_ref(const large_case *L, int64_t t, int64_t c) {
+    const int64_t g = lg_global_row(&L->rows, t), s0 = L->cu[seq_of(L->cu, L->num_seqs, g)];
+    float acc = 0.0f;
+    for (int k = 0; k < 4; k++)
+        acc = fmaf(lg_weight(&L->d, c, k), xval(L, g - 3 + k, s0, c), acc);
+    return ref_f32_to_bf16(acc);
+}
+
+static cake_bf16 dx_ref(const large_case *L, int64_t t, int64_t c) {
+    const int64_t g = lg_global_row(&L->rows, t), s1 = L->cu[seq_of(L->cu, L->num_seqs, g) + 1];
+    float acc = 0.0f;
+    for (int j = 0; j < 4; j++)
+        acc = fmaf(lg_weight(&L->d, c, 3 - j), dyval(L, g + j, s1, c), acc);
+    return ref_f32_to_bf16(acc);
+}
+
+static float tree_sum(const float *p, int64_t a, int64_t b) {
+    if (b - a == 1)
+        return p[a];
+    int64_t m = 1;
+    while (m * 2 < b - a)
+        m *= 2;
+    return tree_sum(p, a, a + m) + tree_sum(p, a + m, b);
+}
+
+static float dw_ref(const large_case *L, int64_t c, int k, float *partials) {
+    const int64_t nb = (L->S + CAKE_DW_BLOCK_ROWS - 1) / CAKE_DW_BLOCK_ROWS;
+    if (nb == 0)
+        return 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        float p = 0.0f;
+        const int64_t t1 = (b + 1) * CAKE_DW_BLOCK_ROWS < L->S ? (b + 1) * CAKE_DW_BLOCK_ROWS : L->S;
+        for (int64_t t = b * CAKE_DW_BLOCK_ROWS; t < t1; t++) {
+            const int64_t g = lg_global_row(&L->rows, t), s0 = L->cu[seq_of(L->cu, L->num_seqs, g)];
+            p = fmaf(ref_bf16_to_f32(lg_value(&L->d, LG_DY, g, c)), xval(L, g - 3 + k, s0, c), p);
+        }
+        partials[b] = p;
+    }
+    return tree_sum(partials, 0, nb);
+}
+
+/* Local rows worth a scalar check: the ends, both sides of the 2^31 and 2^32 element indices,
+ * and the edges of every fragment. */
+static int64_t spot_rows(const large_case *L, const cake_plan *plan, int64_t *out, int64_t cap) {
+    int64_t n = 0;
+    const int64_t marks[] = {0, ((int64_t)1 << 31) / L->C, ((int64_t)1 << 32) / L->C, L->S};
+    for (size_t m = 0; m < 4; m++)
+        for (int64_t d = -3; d <= 3; d++)
+            if (marks[m] + d >= 0 && marks[m] + d < L->S && n < cap)
+                out[n++] = marks[m] + d;
+    for (int64_t f = 0; f < cake_plan_num_fragments(plan); f++) {
+        cake_fragment fr;
+        if (cake_plan_fragment(plan, f, &fr) != CAKE_SUCCESS)
+            break;
+        for (int64_t d = -1; d <= 3; d++) {
+            const int64_t a = fr.local_start + d, b = fr.local_start + fr.length - 1 - d;
+            if (a >= 0 && a < L->S && n < cap)
+                out[n++] = a;
+            if (b >= 0 && b < L->S && n < cap)
+                out[n++] = b;
+        }
+    }
+    return n;
+}
+
+static int check_spots16(const char *what, const large_case *L, const cake_bf16 *got,
+                         const int64_t *rows, int64_t nrows, int is_dx) {
+    int64_t bad = 0;
+    for (int64_t q = 0; q < nrows; q++)
+        for (int64_t c = 0; c < L->C; c++) {
+            const int64_t t = rows[q];
+            const cake_bf16 want = is_dx ? dx_ref(L, t, c) : y_ref(L, t, c);
+            const cake_bf16 g = got[t * L->C + c];
+            if (g != want && !(tu_bf16_isnan(g) && tu_bf16_isnan(want)) && bad++ == 0)
+                tu_report("%s: local row %" PRId64 " (global %" PRId64 ", element %" PRId64
+                          ") col %" PRId64 ": got 0x%04x, scalar SPEC 3 gives 0x%04x",
+                          what, t, lg_global_row(&L->rows, t), t * L->C + c, c, g, want);
+        }
+    if (bad)
+        fprintf(stderr, "  %s: %" PRId64 " spot values differ over %" PRId64 " rows\n", what, bad,
+                nrows);
+    return bad != 0;
+}
+
+static int check_spot_dw(const char *what, const large_case *L, const float *got) {
+    static const int64_t chans[] = {0, 1, 7, 8, 4095, 4096, 8183, 8191};
+    const int64_t nb = (L->S + CAKE_DW_BLOCK_ROWS - 1) / CAKE_DW_BLOCK_ROWS;
+    float *partials = tu_malloc((size_t)(nb > 0 ? nb : 1) * sizeof(float));
+    int bad = 0;
+    for (size_t q = 0; q < sizeof chans / sizeof chans[0]; q++)
+        for (int k = 0; k < 4; k++) {
+            const int64_t c = chans[q];
+            const float want = dw_ref(L, c, k, partials), g = got[c * 4 + k];
+            if (memcmp(&want, &g, 4) != 0 && !(want != want && g != g)) {
+                tu_report("%s: dw[%" PRId64 "][%d] = %.9g, scalar SPEC 3 gives %.9g", what, c, k,
+                          (double)g, (double)want);
+                bad = 1;
+            }
+        }
+    free(partials);
+    return bad;
+}
+
+/* ---- the case ---------------------------------------------------------------------------------- */
+
+/* Pools of rank 1 from the hash (layout of cake.h), sequence bounds from cu. */
+static void build_pools(const large_case *L, const cake_plan *plan, cake_bf16 *hist, cake_bf16 *fut) {
+    const int64_t C = L->C;
+    for (int64_t f = 0; f < cake_plan_num_fragments(plan); f++) {
+        cake_fragment fr;
+        TU_OK(cake_plan_fragment(plan, f, &fr));
+        const int64_t q = seq_of(L->cu, L->num_seqs, fr.global_start);
+        const int64_t s0 = L->cu[q], s1 = L->cu[q + 1];
+        for (int64_t j = 0; j < 3; j++) {
+            const int64_t hg = fr.global_start - 3 + j, fg = fr.global_start + fr.length + j;
+            for (int64_t c = 0; c < C; c++) {
+                hist[(3 * f + j) * C + c] = hg >= s0 ? lg_value(&L->d, LG_X, hg, c) : 0;
+                fut[(3 * f + j) * C + c] = fg < s1 ? lg_value(&L->d, LG_DY, fg, c) : 0;
+            }
+        }
+    }
+}
+
+static void run_large(int64_t S, const char *name) {
+    large_case *L = tu_malloc(sizeof *L);
+    layout(L, S);
+    const int64_t C = L->C;
+    const size_t bytes = (size_t)S * (size_t)C * sizeof(cake_bf16);
+    tu_set_ctx("%s: C=%" PRId64 ", rank 1 of 2, S_local=%" PRId64 " (%" PRId64 " elements), T=%" PRId64,
+               name, C, S, S * C, L->T);
+    printf("[cake-test] %s: S_local=%" PRId64 " x C=%" PRId64 " = %" PRId64
+           " elements (%.2f GB per array), %" PRId64 " sequences\n",
+           name, S, C, S * C, (double)bytes / 1e9, L->num_seqs);
+    double t0 = lg_now(), t1;
+
+    /* partition and plan of rank 1 */
+    const int64_t counts[] = {3, 4};
+    cake_range ranges[7];
+    memcpy(ranges, L->r0, sizeof L->r0);
+    memcpy(ranges + 3, L->r1, sizeof L->r1);
+    cake_partition *part = NULL;
+    cake_plan *plan = NULL;
+    TU_OK(cake_partition_create_ranges(L->cu, L->num_seqs, 2, counts, ranges, &part));
+    TU_OK(cake_plan_create(part, 1, &plan));
+    TU_CHECK(cake_plan_local_rows(plan) == S, "plan has %" PRId64 " rows", cake_plan_local_rows(plan));
+    const int64_t pool = cake_plan_pool_rows(plan);
+    g_pool_rows = pool;
+
+    /* inputs */
+    cake_bf16 *x = tu_malloc(bytes), *dy = tu_malloc(bytes);
+    cake_bf16 *hist = tu_malloc((size_t)(pool * C) * 2), *fut = tu_malloc((size_t)(pool * C) * 2);
+    float *w = tu_malloc((size_t)C * 16), *dw_cpu = tu_malloc((size_t)C * 16);
+    float *dw_gpu = tu_malloc((size_t)C * 16);
+    lg_fill_local(&L->d, LG_X, &L->rows, x);
+    lg_fill_local(&L->d, LG_DY, &L->rows, dy);
+    build_pools(L, plan, hist, fut);
+    for (int64_t c = 0; c < C; c++)
+        for (int k = 0; k < 4; k++)
+            w[c * 4 + k] = lg_weight(&L->d, c, k);
+    t1 = lg_now();
+    printf("[cake-test]   inputs filled in %.1f s (%" PRId64 " fragments, %" PRId64 " pool rows)\n",
+           t1 - t0, cake_plan_num_fragments(plan), pool);
+
+    /* CPU truth on all cores */
+    cake_bf16 *y_cpu = tu_malloc(bytes), *dx_cpu = tu_malloc(bytes);
+    const cake_cpu_options opt = {0, CAKE_CPU_ISA_AUTO};
+    const cake_bf16 *xs[] = {x}, *hs[] = {hist}, *dys[] = {dy}, *fs[] = {fut};
+    const float *ws[] = {w};
+    cake_bf16 *ys[] = {y_cpu}, *dxs[] = {dx_cpu};
+    float *dws[] = {dw_cpu};
+    const int64_t ch[] = {C};
+    TU_OK(cake_cpu_forward(plan, 1, ch, xs, ws, hs, ys, &opt));
+    TU_OK(cake_cpu_backward(plan, 1, ch, xs, ws, hs, dys, fs, dxs, dws, &opt));
+    t0 = lg_now();
+    printf("[cake-test]   CPU forward + backward in %.1f s\n", t0 - t1);
+
+    /* device copies; the host inputs are not needed after this (spot checks use the hash) */
+    cake_bf16 *d_x = cu_upload(x, bytes), *d_dy = cu_upload(dy, bytes);
+    free(x);
+    free(dy);
+    cake_bf16 *d_h = cu_upload(hist, (size_t)(pool * C) * 2), *d_f = cu_upload(fut, (size_t)(pool * C) * 2);
+    float *d_w = cu_upload(w, (size_t)C * 16), *d_dw = cu_alloc((size_t)C * 16);
+    cake_bf16 *d_y = cu_alloc(bytes), *d_dx = cu_alloc(bytes);
+    cake_cuda_plan *dplan = NULL;
+    TU_OK(cake_cuda_plan_create(plan, &dplan));
+    size_t ws_bytes = 0;
+    TU_OK(cake_cuda_backward_workspace_size(dplan, 1, ch, &ws_bytes));
+    void *d_ws = cu_alloc(ws_bytes);
+    CU_CHECK(cudaDeviceSynchronize());
+    cake_bf16 *got = tu_malloc(bytes);
+    t1 = lg_now();
+    printf("[cake-test]   uploaded in %.1f s (workspace %zu bytes)\n", t1 - t0, ws_bytes);
+
+    int64_t spots[400];
+    const int64_t nspots = spot_rows(L, plan, spots, 400);
+    cake_cooperative forms[3];
+    int nforms = 0, bad = 0;
+    forms[nforms++] = CAKE_COOPERATIVE_OFF;
+    if (cake_cuda_cooperative_supported())
+        forms[nforms++] = CAKE_COOPERATIVE_ON;
+    forms[nforms++] = CAKE_COOPERATIVE_AUTO;
+    for (int j = 0; j < nforms; j++) {
+        const cake_bf16 *dxs_[] = {d_x}, *dhs[] = {d_h}, *ddys[] = {d_dy}, *dfs[] = {d_f};
+        const float *dws_[] = {d_w};
+        cake_bf16 *dys_out[] = {d_y}, *ddxs[] = {d_dx};
+        float *ddws[] = {d_dw};
+        const int caller_ws = j == 1;
+        char what[160];
+        CU_CHECK(cudaMemset(d_y, 0xff, bytes));
+        CU_CHECK(cudaMemset(d_dx, 0xff, bytes));
+        CU_CHECK(cudaMemset(d_dw, 0xff, (size_t)C * 16));
+        t0 = lg_now();
+        TU_OK(cake_cuda_forward(dplan, 1, ch, dxs_, dws_, dhs, dys_out, forms[j], 0));
+        TU_OK(cake_cuda_backward(dplan, 1, ch, dxs_, dws_, dhs, ddys, dfs, ddxs, ddws, forms[j],
+                                 caller_ws ? d_ws : NULL, caller_ws ? ws_bytes : 0, 0));
+        snprintf(what, sizeof what, "%s, cooperative=%s, workspace %s", name,
+                 j == 0 ? "OFF" : forms[j] == CAKE_COOPERATIVE_ON ? "ON" : "AUTO",
+                 caller_ws ? "caller" : "NULL");
+        cu_sync(0, what);
+        t1 = lg_now();
+        cu_download(got, d_y, bytes);
+        char label[200];
+        snprintf(label, sizeof label, "%s: GPU vs CPU y", what);
+        bad += tu_diff_bf16(label, got, y_cpu, S, C);
+        if (j == 0) {
+            snprintf(label, sizeof label, "%s: GPU y vs scalar", what);
+            bad += check_spots16(label, L, got, spots, nspots, 0);
+        }
+        cu_download(got, d_dx, bytes);
+        snprintf(label, sizeof label, "%s: GPU vs CPU dx", what);
+        bad += tu_diff_bf16(label, got, dx_cpu, S, C);
+        if (j == 0) {
+            snprintf(label, sizeof label, "%s: GPU dx vs scalar", what);
+            bad += check_spots16(label, L, got, spots, nspots, 1);
+        }
+        cu_download(dw_gpu, d_dw, (size_t)C * 16);
+        snprintf(label, sizeof label, "%s: GPU vs CPU dw", what);
+        bad += tu_diff_f32(label, dw_gpu, dw_cpu, C, 4);
+        if (j == 0) {
+            snprintf(label, sizeof label, "%s: GPU dw vs scalar", what);
+            bad += check_spot_dw(label, L, dw_gpu);
+        }
+        printf("[cake-test]   %s: GPU %.3f s, compared in %.1f s%s\n", what, t1 - t0, lg_now() - t1,
+               bad ? " (MISMATCH)" : "");
+        fflush(stdout);
+    }
+
+    cu_free(d_x);
+    cu_free(d_dy);
+    cu_free(d_h);
+    cu_free(d_f);
+    cu_free(d_w);
+    cu_free(d_dw);
+    cu_free(d_y);
+    cu_free(d_dx);
+    cu_free(d_ws);
+    cake_cuda_plan_destroy(dplan);
+    cake_plan_destroy(plan);
+    cake_partition_destroy(part);
+    free(hist);
+    free(fut);
+    free(w);
+    free(dw_cpu);
+    free(dw_gpu);
+    free(y_cpu);
+    free(dx_cpu);
+    free(got);
+    free(L);
+    TU_CHECK(bad == 0, "%d comparisons failed (see above)", bad);
+}
+
+static void test_over_2_31(void **state) {
+    (void)state;
+    run_large(((int64_t)1 << 31) / LARGE_C + 1000, "more than 2^31 elements");
+}
+
+static void test_over_2_32(void **state) {
+    (void)state;
+    run_large(((int64_t)1 << 32) / LARGE_C + 1000, "more than 2^32 elements");
+}
+
+/* Bytes of MemAvailable, or -1 when /proc/meminfo cannot be read. */
+static int64_t host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    int64_t kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNd64 " kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+int main(void) {
+    const char *want = getenv("CAKE_LARGE_TESTS");
+    if (!want || strcmp(want, "1") != 0) {
+        printf("[cake-test] large-tensor test not requested (set CAKE_LARGE_TESTS=1): skipping "
+               "(exit %d)\n", CU_SKIP);
+        return CU_SKIP;
+    }
+    (void)tu_seed();
+    cu_require_gpu();
+    /* the 2^32 case: host x, dy, y, dx (then y, dx, one download buffer); device x, dy, y, dx */
+    const int64_t array = (((int64_t)1 << 32) / LARGE_C + 1000) * LARGE_C * 2;
+    const int64_t need_host = 4 * array + ((int64_t)2 << 30), need_dev = 4 * array + ((int64_t)1 << 30);
+    const int64_t host = host_available();
+    size_t dev_free = 0, dev_total = 0;
+    if (cudaMemGetInfo(&dev_free, &dev_total) != cudaSuccess)
+        dev_free = 0;
+    printf("[cake-test] memory: host available %.1f GB (need %.1f), device free %.1f GB (need %.1f)\n",
+           (double)host / 1e9, (double)need_host / 1e9, (double)dev_free / 1e9,
+           (double)need_dev / 1e9);
+    if ((host >= 0 && host < need_host) || (int64_t)dev_free < need_dev) {
+        printf("[cake-test] SKIPPED: not enough memory for the 2^32-element case (exit %d)\n", CU_SKIP);
+        return CU_SKIP;
+    }
+    fflush(stdout);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_over_2_31),
+        cmocka_unit_test(test_over_2_32),
+    };
+    return cmocka_run_group_tests_name("cuda_large", tests, NULL, NULL);
+}
