@@ -60,18 +60,23 @@ cake_status cake_check_round(const cake_group *g, int64_t call_number, const cak
     CAKE_CHECK(g->transport->exchange(g->transport->state, CAKE_TAG_CHECK, sends, P - 1, receives,
                                       P - 1, g->timeout_seconds));
     stats->check_rounds++;
-    /* Every rank finds the same first difference from rank 0, so all print the same message. */
-    for (int r = 1; r < P; r++)
-        for (int f = 0; f < F_COUNT; f++) {
-            const int64_t a = all[f], b = all[(size_t)r * F_COUNT + f];
-            if (a == b) continue;
-            char name[64];
-            field_name(f, name, sizeof name);
-            return cake_fail(CAKE_ERROR_MISMATCH,
-                             "check mode: rank %d disagrees with rank 0 on %s: %lld on rank %d, "
-                             "%lld on rank 0 (call %lld of this context, seen from rank %d)",
-                             r, name, (long long)b, r, (long long)a, (long long)call_number,
-                             g->rank);
-        }
+    /* Every rank finds the same first differing field (listed channels before their hash) and
+     * prints every rank's value of it, so all ranks report the same thing. */
+    for (int k = 0; k < F_COUNT; k++) {
+        const int f = k < F_CHANNEL_HASH ? k : k == F_COUNT - 1 ? F_CHANNEL_HASH : k + 1;
+        int differs = 0;
+        for (int r = 1; r < P; r++) differs |= all[(size_t)r * F_COUNT + f] != all[f];
+        if (!differs) continue;
+        char name[64], values[512];
+        field_name(f, name, sizeof name);
+        size_t used = 0;
+        for (int r = 0; r < P && used < sizeof values - 32; r++)
+            used += (size_t)snprintf(values + used, sizeof values - used, "%srank %d: %lld",
+                                     r ? ", " : "", r, (long long)all[(size_t)r * F_COUNT + f]);
+        if (used >= sizeof values - 32) snprintf(values + used, sizeof values - used, ", ...");
+        return cake_fail(CAKE_ERROR_MISMATCH,
+                         "check mode: the ranks disagree on %s in call %lld of this context (%s)",
+                         name, (long long)call_number, values);
+    }
     return CAKE_SUCCESS;
 }

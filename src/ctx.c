@@ -126,7 +126,9 @@ static cake_status check_usable(const cake_ctx *ctx) {
     if (ctx->broken)
         return cake_fail(CAKE_ERROR_COMMUNICATION,
                          "ctx: an earlier exchange failed or timed out, so messages may still be "
-                         "in flight; destroy this context and make a new one on every rank");
+                         "in flight; destroy this context and make a new one on every rank over a "
+                         "new communicator (MPI_Comm_dup, a new NCCL communicator), since stale "
+                         "messages on the old one would be taken for new ones");
     return CAKE_SUCCESS;
 }
 

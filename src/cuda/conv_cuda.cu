@@ -37,14 +37,12 @@ __device__ void forward_items(const ConvArgs &a) {
     }
 }
 
-/* Backward items are tiles, one per thread block at a time (the block shares the tile). */
-__device__ void backward_tiles(const ConvArgs &a) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    BackwardTile &tile = *reinterpret_cast<BackwardTile *>(smem);
-    for (int64_t item = blockIdx.x; item < a.total_work; item += gridDim.x) {
+/* Backward items: (dw block, channel pair); consecutive threads take consecutive pairs. */
+__device__ void backward_items(const ConvArgs &a) {
+    for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
-        const int64_t local = item - T.work_begin;
-        backward_tile(a, T, local / T.groups, local % T.groups, tile);
+        const int64_t local = item - T.work_begin, pairs = T.channels / 2;
+        backward_item(a, T, local / pairs, 2 * (local % pairs));
     }
 }
 
@@ -70,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const __g
 }
 
 __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constant__ ConvArgs a) {
-    backward_tiles(a);
+    backward_items(a);
 }
 
 __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_kernel(const __grid_constant__ ConvArgs a,
@@ -81,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) tree_kernel(const __grid
 __global__ void __launch_bounds__(kThreads)
     backward_cooperative_kernel(const __grid_constant__ ConvArgs a,
                                 const __grid_constant__ TreePlan tree) {
-    backward_tiles(a);
+    backward_items(a);
     for (int p = 0; p < tree.num_passes; p++) {
         cg::this_grid().sync(); /* the level below is complete */
         tree_items(a, tree.pass[p]);
@@ -181,7 +179,6 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
         T.history = history[i];
         T.channels = channels[i];
         T.chunks = channels[i] / kChunk;
-        T.groups = (channels[i] + kGroup - 1) / kGroup;
         T.work_begin = work;
         if (backward) {
             T.dy = dy[i];
@@ -190,7 +187,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
             T.dw = dw[i];
             T.partials = partials;
             partials += roots * 4 * channels[i];
-            work += a.num_blocks * T.groups; /* tiles */
+            work += a.num_blocks * (channels[i] / 2);
         } else {
             T.y = y[i];
             work += (a.rows + kForwardRows - 1) / kForwardRows * T.chunks;
@@ -353,10 +350,6 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         workspace = owned;
     }
     const int coop = pick_cooperative(cooperative, args.rows, num_tensors, channels);
-    const void *main_kernel = coop ? (const void *)backward_cooperative_kernel : (const void *)backward_kernel;
-    CAKE_CUDA_CHECK(cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         kBackwardSmem),
-                    "cudaFuncSetAttribute");
     int64_t roots;
     const TreePlan tree = plan_tree((args.rows + kBlockRows - 1) / kBlockRows, &roots);
     cake_status status = CAKE_SUCCESS;
@@ -369,17 +362,14 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         for (int i = 0; i < count; i++) partials += roots * 4 * channels[first + i];
         if (coop) {
             void *params[] = {&a, (void *)&tree};
-            status = launch_cooperative((const void *)backward_cooperative_kernel, a.total_work, 1,
-                                        kBackwardSmem, params, stream);
+            status = launch_cooperative((const void *)backward_cooperative_kernel, a.total_work, 0, 0,
+                                        params, stream);
             continue;
         }
-        int64_t blocks = a.total_work;
-        if (blocks > 0x7fffffff) {
-            status = cake_fail(CAKE_ERROR_UNSUPPORTED, "launch: %lld tiles exceed the grid limit",
-                               (long long)blocks);
-            break;
-        }
-        backward_kernel<<<(unsigned)blocks, kThreads, kBackwardSmem, stream>>>(a);
+        int64_t blocks;
+        status = launch_ordinary_grid(a.total_work, &blocks);
+        if (status != CAKE_SUCCESS) break;
+        backward_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(a);
         for (int p = 0; p < tree.num_passes && status == CAKE_SUCCESS; p++) {
             int64_t items = 0;
             const int64_t groups = (tree.pass[p].n_in + kTreeWidth - 1) / kTreeWidth;

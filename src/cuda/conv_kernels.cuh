@@ -33,7 +33,6 @@ struct TensorArgs {
     float *partials; /* backward: [levels][4][channels] fp32, see tree_level_offset */
     float *dw;
     int64_t channels, chunks; /* chunks = channels / kChunk */
-    int64_t groups;           /* backward tiles across the channels: ceil(channels / 64) */
     int64_t work_begin;       /* first item of this tensor in the launch's flat item space */
 };
 
@@ -182,122 +181,114 @@ __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0,
     }
 }
 
-/* ---- backward: one 256-row dw block x 64 channels per thread block -------------------------
- * The tile of x and dy rows is staged in shared memory by every thread at once (many loads in
- * flight), then warps 0-1 run the dw chains (one thread per channel pair and tap pair: the 256
- * multiply-adds of a block partial are sequential by definition) while warps 2-7 compute dx. */
-constexpr int kGroup = 64;               /* channels per tile */
-constexpr int kPairs = kGroup / 2;
-constexpr int kTileRows = kBlockRows + 3;
-constexpr int kChainThreads = 2 * kPairs; /* warps 0-1 */
-
-struct BackwardTile {
-    uint32_t x[kTileRows][kPairs];  /* local rows t0-3 .. t1-1, row u at index u - t0 + 3 */
-    uint32_t dy[kTileRows][kPairs]; /* local rows t0 .. t1+2, row u at index u - t0 */
-    int64_t frag[kBlockRows], start[kBlockRows], end[kBlockRows]; /* fragment of each row */
-};
-constexpr int kBackwardSmem = (int)sizeof(BackwardTile);
+/* ---- backward: one thread per channel pair and 256-row dw block -----------------------------
+ * The 256 multiply-adds of a block partial are sequential by definition, so a thread walks its
+ * block's rows in order, keeping the x and dy windows in registers. Owning only 2 channels keeps
+ * the thread small (full occupancy hides the memory latency) and gives enough threads for small
+ * shapes; a warp still reads 128 contiguous bytes per row. */
+constexpr int kBackwardStep = 4; /* rows whose loads are issued together on the fast path */
 
 __device__ __forceinline__ uint32_t load_pair(const uint16_t *p) {
     return __ldg(reinterpret_cast<const uint32_t *>(p));
 }
 
-/* x at local row u for the row of index r in the tile (u in [t - 3, t]). */
-__device__ __forceinline__ uint32_t tile_x(const BackwardTile &s, const TensorArgs &T, int r,
-                                           int64_t t0, int64_t u, int64_t c) {
-    if (u >= s.start[r]) return s.x[u - t0 + 3][(c % kGroup) / 2];
-    return load_pair(T.history + (s.frag[r] * 3 + 3 + (u - s.start[r])) * T.channels + c);
+/* x at local row r of the cursor's fragment (before it: a history row), channels c, c+1. */
+__device__ __forceinline__ uint32_t x_pair(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
+    return r >= cur.start ? load_pair(T.x + r * T.channels + c)
+                          : load_pair(T.history + (cur.f * 3 + 3 + (r - cur.start)) * T.channels + c);
 }
 
-/* dy at local row u for the row of index r in the tile (u in [t, t + 3]). */
-__device__ __forceinline__ uint32_t tile_dy(const BackwardTile &s, const TensorArgs &T, int r,
-                                            int64_t t0, int64_t u, int64_t c) {
-    if (u < s.end[r]) return s.dy[u - t0][(c % kGroup) / 2];
-    return load_pair(T.future + (s.frag[r] * 3 + (u - s.end[r])) * T.channels + c);
+/* dy at local row r of the cursor's fragment (past it: a future row). */
+__device__ __forceinline__ uint32_t dy_pair(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
+    return r < cur.end ? load_pair(T.dy + r * T.channels + c)
+                       : load_pair(T.future + (cur.f * 3 + (r - cur.end)) * T.channels + c);
 }
 
-__device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t group,
-                              BackwardTile &s) {
+struct PairWeights {
+    float e[4], o[4]; /* taps of channels c (even) and c + 1 (odd) */
+};
+
+/* dx(t) from dy(t..t+3), and p[k] += dy(t) * x(t-3+k), for channels c and c + 1. */
+__device__ __forceinline__ uint32_t backward_pair_row(const PairWeights &w, uint32_t x0, uint32_t x1,
+                                                      uint32_t x2, uint32_t x3, uint32_t g0,
+                                                      uint32_t g1, uint32_t g2, uint32_t g3,
+                                                      float (&pe)[4], float (&po)[4]) {
+    const float ge = bf16_lo(g0), go = bf16_hi(g0);
+    float e = __fmaf_rn(w.e[3], ge, 0.0f), o = __fmaf_rn(w.o[3], go, 0.0f);
+    e = __fmaf_rn(w.e[2], bf16_lo(g1), e);
+    o = __fmaf_rn(w.o[2], bf16_hi(g1), o);
+    e = __fmaf_rn(w.e[1], bf16_lo(g2), e);
+    o = __fmaf_rn(w.o[1], bf16_hi(g2), o);
+    e = __fmaf_rn(w.e[0], bf16_lo(g3), e);
+    o = __fmaf_rn(w.o[0], bf16_hi(g3), o);
+    pe[0] = __fmaf_rn(ge, bf16_lo(x0), pe[0]);
+    po[0] = __fmaf_rn(go, bf16_hi(x0), po[0]);
+    pe[1] = __fmaf_rn(ge, bf16_lo(x1), pe[1]);
+    po[1] = __fmaf_rn(go, bf16_hi(x1), po[1]);
+    pe[2] = __fmaf_rn(ge, bf16_lo(x2), pe[2]);
+    po[2] = __fmaf_rn(go, bf16_hi(x2), po[2]);
+    pe[3] = __fmaf_rn(ge, bf16_lo(x3), pe[3]);
+    po[3] = __fmaf_rn(go, bf16_hi(x3), po[3]);
+    return pack2(e, o);
+}
+
+__device__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
     const int64_t t0 = b * kBlockRows;
     const int64_t t1 = t0 + kBlockRows < a.rows ? t0 + kBlockRows : a.rows;
-    const int rows = (int)(t1 - t0);
-    const int64_t c0 = group * kGroup;
-    const int pairs = (int)((T.channels - c0 < kGroup ? T.channels - c0 : kGroup) / 2);
-    /* Stage the tile: 16-byte loads, all issued before anything waits on them. */
-    for (int idx = threadIdx.x; idx < kTileRows * (kGroup / 8); idx += blockDim.x) {
-        const int r = idx / (kGroup / 8), q = idx % (kGroup / 8);
-        if (q * 4 >= pairs) continue;
-        const int64_t c = c0 + q * 8;
-        const int64_t ux = t0 - 3 + r, ud = t0 + r;
-        if (ux >= 0 && ux < t1)
-            *reinterpret_cast<uint4 *>(&s.x[r][q * 4]) = load_row8(T.x + ux * T.channels + c);
-        if (ud < a.rows)
-            *reinterpret_cast<uint4 *>(&s.dy[r][q * 4]) = load_row8(T.dy + ud * T.channels + c);
+    PairWeights w;
+    {
+        const float4 we = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4));
+        const float4 wo = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4 + 4));
+        w.e[0] = we.x; w.e[1] = we.y; w.e[2] = we.z; w.e[3] = we.w;
+        w.o[0] = wo.x; w.o[1] = wo.y; w.o[2] = wo.z; w.o[3] = wo.w;
     }
-    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-        const int64_t f = fragment_of(a, t0 + r);
-        s.frag[r] = f;
-        s.start[r] = __ldg(a.frag_start + f);
-        s.end[r] = __ldg(a.frag_start + f + 1);
-    }
-    __syncthreads();
-    if (threadIdx.x < kChainThreads) {
-        /* dw chains: taps 2h and 2h+1 of both channels of pair p, rows in order. */
-        const int p = threadIdx.x % kPairs, h = threadIdx.x / kPairs;
-        if (p < pairs) {
-            const int64_t c = c0 + 2 * p;
-            float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}; /* [tap - 2h][parity] */
-            uint32_t w1 = 0, w2 = 0, w3 = 0; /* x(t-3), x(t-2), x(t-1) */
-#pragma unroll 4
-            for (int r = 0; r < rows; r++) {
-                const int64_t t = t0 + r;
-                if (r == 0 || t == s.start[r]) { /* block or fragment start: refill the window */
-                    w1 = tile_x(s, T, r, t0, t - 3, c);
-                    w2 = tile_x(s, T, r, t0, t - 2, c);
-                    w3 = tile_x(s, T, r, t0, t - 1, c);
-                }
-                const uint32_t xt = s.x[r + 3][p], g = s.dy[r][p];
-                const uint32_t xa = h == 0 ? w1 : w3, xb = h == 0 ? w2 : xt;
-                acc[0][0] = __fmaf_rn(bf16_lo(g), bf16_lo(xa), acc[0][0]);
-                acc[0][1] = __fmaf_rn(bf16_hi(g), bf16_hi(xa), acc[0][1]);
-                acc[1][0] = __fmaf_rn(bf16_lo(g), bf16_lo(xb), acc[1][0]);
-                acc[1][1] = __fmaf_rn(bf16_hi(g), bf16_hi(xb), acc[1][1]);
-                w1 = w2;
-                w2 = w3;
-                w3 = xt;
-            }
-            float *dst = T.partials + b * 4 * T.channels + c;
+    float pe[4] = {0.0f, 0.0f, 0.0f, 0.0f}, po[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    Cursor cur = cursor_at(a, t0);
+    /* Windows: x(t-3), x(t-2), x(t-1) and dy(t), dy(t+1), dy(t+2). */
+    uint32_t x0 = x_pair(T, cur, t0 - 3, c), x1 = x_pair(T, cur, t0 - 2, c), x2 = x_pair(T, cur, t0 - 1, c);
+    uint32_t g0 = dy_pair(T, cur, t0, c), g1 = dy_pair(T, cur, t0 + 1, c), g2 = dy_pair(T, cur, t0 + 2, c);
+    int64_t t = t0;
+    while (t < t1) {
+        if (t + kBackwardStep <= t1 && t + kBackwardStep + 2 < cur.end) {
+            /* Fast path: every row read is inside the fragment; issue all loads first. */
+            uint32_t xs[kBackwardStep], gs[kBackwardStep];
 #pragma unroll
-            for (int k = 0; k < 2; k++) {
-                dst[(2 * h + k) * T.channels] = acc[k][0];
-                dst[(2 * h + k) * T.channels + 1] = acc[k][1];
+            for (int r = 0; r < kBackwardStep; r++) {
+                xs[r] = load_pair(T.x + (t + r) * T.channels + c);
+                gs[r] = load_pair(T.dy + (t + r + 3) * T.channels + c);
             }
-        }
-    } else {
-        /* dx: one channel pair of one row per item. */
-        const int items = rows * pairs;
-        for (int idx = threadIdx.x - kChainThreads; idx < items; idx += blockDim.x - kChainThreads) {
-            const int r = idx / pairs, p = idx % pairs;
-            const int64_t t = t0 + r, c = c0 + 2 * p;
-            float wv[4][2];
-            const float4 we = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4));
-            const float4 wo = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4 + 4));
-            wv[0][0] = we.x; wv[1][0] = we.y; wv[2][0] = we.z; wv[3][0] = we.w;
-            wv[0][1] = wo.x; wv[1][1] = wo.y; wv[2][1] = wo.z; wv[3][1] = wo.w;
-            uint32_t g[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) g[j] = tile_dy(s, T, r, t0, t + j, c);
-            float e = __fmaf_rn(wv[3][0], bf16_lo(g[0]), 0.0f), o = __fmaf_rn(wv[3][1], bf16_hi(g[0]), 0.0f);
-            e = __fmaf_rn(wv[2][0], bf16_lo(g[1]), e);
-            o = __fmaf_rn(wv[2][1], bf16_hi(g[1]), o);
-            e = __fmaf_rn(wv[1][0], bf16_lo(g[2]), e);
-            o = __fmaf_rn(wv[1][1], bf16_hi(g[2]), o);
-            e = __fmaf_rn(wv[0][0], bf16_lo(g[3]), e);
-            o = __fmaf_rn(wv[0][1], bf16_hi(g[3]), o);
-            *reinterpret_cast<uint32_t *>(T.dx + t * T.channels + c) = pack2(e, o);
+            for (int r = 0; r < kBackwardStep; r++) {
+                const uint32_t out = backward_pair_row(w, x0, x1, x2, xs[r], g0, g1, g2, gs[r], pe, po);
+                *reinterpret_cast<uint32_t *>(T.dx + (t + r) * T.channels + c) = out;
+                x0 = x1; x1 = x2; x2 = xs[r];
+                g0 = g1; g1 = g2; g2 = gs[r];
+            }
+            t += kBackwardStep;
+            continue;
         }
+        if (t == cur.end) { /* a new fragment: both windows come from its pools */
+            cursor_next(a, cur);
+            x0 = x_pair(T, cur, t - 3, c);
+            x1 = x_pair(T, cur, t - 2, c);
+            x2 = x_pair(T, cur, t - 1, c);
+            g0 = dy_pair(T, cur, t, c);
+            g1 = dy_pair(T, cur, t + 1, c);
+            g2 = dy_pair(T, cur, t + 2, c);
+        }
+        const uint32_t xt = load_pair(T.x + t * T.channels + c);
+        const uint32_t g3 = dy_pair(T, cur, t + 3, c);
+        *reinterpret_cast<uint32_t *>(T.dx + t * T.channels + c) =
+            backward_pair_row(w, x0, x1, x2, xt, g0, g1, g2, g3, pe, po);
+        x0 = x1; x1 = x2; x2 = xt;
+        g0 = g1; g1 = g2; g2 = g3;
+        t++;
     }
-    __syncthreads(); /* the tile is reused by this block's next item */
+    /* Partials of block b at level 0: [b][k][channels]. */
+    float *dst = T.partials + b * 4 * T.channels + c;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        *reinterpret_cast<float2 *>(dst + k * T.channels) = make_float2(pe[k], po[k]);
 }
 
 /* One tree thread: folds up to 32 consecutive roots of one (tap, channel) column by the

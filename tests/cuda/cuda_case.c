@@ -1,6 +1,8 @@
 /* One rank of a GPU test case (see cuda_case.h). */
 #include "cuda_case.h"
 
+#include "reference.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,8 +100,9 @@ void cc_rank_init(cc_rank *rk, const cc_problem *pb, const tu_partition *tp, int
     rk->S = cake_plan_local_rows(rk->plan);
     rk->pool = cake_plan_pool_rows(rk->plan);
     rk->num_fragments = cake_plan_num_fragments(rk->plan);
-    TU_CHECK(rk->S == tp->local_rows[rank], "rank %d: plan has %" PRId64 " rows, partition %" PRId64,
-             rank, rk->S, tp->local_rows[rank]);
+    TU_CHECK(rk->S == tp->local_rows[rank],
+             "rank %d: plan has %" PRId64 " rows, partition %" PRId64, rank, rk->S,
+             tp->local_rows[rank]);
     const int64_t S = rk->S, pool = rk->pool;
     for (int i = 0; i < pb->n; i++) {
         const int64_t C = pb->C[i];
@@ -118,8 +121,8 @@ void cc_rank_init(cc_rank *rk, const cc_problem *pb, const tu_partition *tp, int
         if (pool > 0) {
             rk->hist[i] = tu_malloc(rows_bytes(pool, C));
             rk->fut[i] = tu_malloc(rows_bytes(pool, C));
-            TU_OK(tu_build_pools(rk->plan, pb->cu, pb->num_seqs, pb->seq_of, C, pb->x[i],
-                                 pb->dy[i], rk->hist[i], rk->fut[i]));
+            TU_OK(tu_build_pools(rk->plan, pb->cu, pb->num_seqs, pb->seq_of, C, pb->x[i], pb->dy[i],
+                                 rk->hist[i], rk->fut[i]));
         }
         rk->dw[i] = tu_malloc((size_t)C * 4 * sizeof(float));
         rk->g_dw[i] = tu_malloc((size_t)C * 4 * sizeof(float));
@@ -200,8 +203,10 @@ void cc_gpu_run(cc_rank *rk, const cc_launch *l) {
     cc_launch_describe(l, desc, sizeof desc);
     for (int i = a; i < a + n; i++) {
         if (rk->S > 0) {
-            CU_CHECK(cudaMemsetAsync(rk->d_y[i], l->poison, rows_bytes(rk->S, rk->C[i]), l->stream));
-            CU_CHECK(cudaMemsetAsync(rk->d_dx[i], l->poison, rows_bytes(rk->S, rk->C[i]), l->stream));
+            CU_CHECK(
+                cudaMemsetAsync(rk->d_y[i], l->poison, rows_bytes(rk->S, rk->C[i]), l->stream));
+            CU_CHECK(
+                cudaMemsetAsync(rk->d_dx[i], l->poison, rows_bytes(rk->S, rk->C[i]), l->stream));
         }
         CU_CHECK(cudaMemsetAsync(rk->d_dw[i], l->poison, (size_t)rk->C[i] * 16, l->stream));
     }
@@ -211,9 +216,9 @@ void cc_gpu_run(cc_rank *rk, const cc_launch *l) {
         TU_OK(cake_cuda_backward_workspace_size(rk->dplan, n, rk->C + a, &ws_bytes));
         ws = cu_alloc(ws_bytes); /* exactly that many bytes: memcheck sees any overrun */
     }
-    cake_status st = cake_cuda_forward(rk->dplan, n, rk->C + a, CC_IN16(rk->d_x + a),
-                                       CC_INF(rk->d_w + a), CC_IN16(rk->d_hist + a), rk->d_y + a,
-                                       l->coop, l->stream);
+    cake_status st =
+        cake_cuda_forward(rk->dplan, n, rk->C + a, CC_IN16(rk->d_x + a), CC_INF(rk->d_w + a),
+                          CC_IN16(rk->d_hist + a), rk->d_y + a, l->coop, l->stream);
     if (st != CAKE_SUCCESS) {
         tu_report("rank %d, %s: cake_cuda_forward -> %s: %s", rk->rank, desc,
                   cake_status_string(st), cake_last_error());
@@ -259,8 +264,8 @@ static void explain_row(const cc_rank *rk, int64_t t) {
         if (t >= fr.local_start && t < fr.local_start + fr.length) {
             fprintf(stderr,
                     "  local row %" PRId64 " (S_local %" PRId64 ", dw block %" PRId64
-                    ", 8-row item %" PRId64 ") is row %" PRId64 " of fragment %" PRId64 " of %" PRId64
-                    ": local [%" PRId64 ", %" PRId64 "), global start %" PRId64
+                    ", 8-row item %" PRId64 ") is row %" PRId64 " of fragment %" PRId64
+                    " of %" PRId64 ": local [%" PRId64 ", %" PRId64 "), global start %" PRId64
                     ", sequence %" PRId64 " [%" PRId64 ", %" PRId64 ")\n",
                     t, rk->S, t / CAKE_DW_BLOCK_ROWS, t / 8, t - fr.local_start, f,
                     rk->num_fragments, fr.local_start, fr.local_start + fr.length, fr.global_start,
@@ -271,11 +276,55 @@ static void explain_row(const cc_rank *rk, int64_t t) {
     fprintf(stderr, "  local row %" PRId64 " is in no fragment of the plan\n", t);
 }
 
+static int g_printed; /* differing arrays reported so far */
+
+int cc_printing(void) { return g_printed < CC_MAX_PRINTED; }
+
+static void count_printed(int bad) {
+    if (bad && ++g_printed == CC_MAX_PRINTED)
+        fprintf(stderr, "[cake-test] %d differing arrays reported; further ones are only counted\n",
+                CC_MAX_PRINTED);
+}
+
+int cc_diff16(const char *what, const cake_bf16 *got, const cake_bf16 *want, int64_t rows,
+              int64_t cols, int nan_equal) {
+    const int64_t n = rows * cols;
+    if (n == 0)
+        return 0;
+    if (cc_printing()) {
+        int bad = nan_equal ? tu_diff_bf16_nan(what, got, want, rows, cols)
+                            : tu_diff_bf16(what, got, want, rows, cols);
+        count_printed(bad);
+        return bad;
+    }
+    for (int64_t k = 0; k < n; k++)
+        if (!same16(got[k], want[k], nan_equal))
+            return 1;
+    return 0;
+}
+
+int cc_diff32(const char *what, const float *got, const float *want, int64_t rows, int64_t cols,
+              int nan_equal) {
+    const int64_t n = rows * cols;
+    if (n == 0)
+        return 0;
+    if (cc_printing()) {
+        int bad = nan_equal ? tu_diff_f32_nan(what, got, want, rows, cols)
+                            : tu_diff_f32(what, got, want, rows, cols);
+        count_printed(bad);
+        return bad;
+    }
+    for (int64_t k = 0; k < n; k++)
+        if (!same32(got[k], want[k], nan_equal))
+            return 1;
+    return 0;
+}
+
 static int compare16(const char *what, const cc_rank *rk, const cake_bf16 *got,
                      const cake_bf16 *want, int64_t C, int nan_equal) {
-    int bad = nan_equal ? tu_diff_bf16_nan(what, got, want, rk->S, C)
-                        : tu_diff_bf16(what, got, want, rk->S, C);
-    if (bad) {
+    const int printing = cc_printing();
+    int bad = cc_diff16(what, got, want, rk->S, C, nan_equal);
+    if (bad && printing) {
         for (int64_t k = 0; k < rk->S * C; k++)
             if (!same16(got[k], want[k], nan_equal)) {
                 explain_row(rk, k / C);
@@ -287,14 +336,16 @@ static int compare16(const char *what, const cc_rank *rk, const cake_bf16 *got,
 
 static int compare_dw(const char *what, const cc_rank *rk, const float *got, const float *want,
                       int64_t C, int nan_equal) {
-    int bad = nan_equal ? tu_diff_f32_nan(what, got, want, C, 4) : tu_diff_f32(what, got, want, C, 4);
-    if (bad) {
+    const int printing = cc_printing();
+    int bad = cc_diff32(what, got, want, C, 4, nan_equal);
+    if (bad && printing) {
         int64_t nb = (rk->S + CAKE_DW_BLOCK_ROWS - 1) / CAKE_DW_BLOCK_ROWS, wrong = 0;
         for (int64_t k = 0; k < C * 4; k++)
             wrong += !same32(got[k], want[k], nan_equal);
-        fprintf(stderr, "  dw (rows: channels, cols: taps): %" PRId64 " of %" PRId64
-                        " values differ; S_local %" PRId64 " = %" PRId64 " dw blocks, %" PRId64
-                        " fragments\n",
+        fprintf(stderr,
+                "  dw (rows: channels, cols: taps): %" PRId64 " of %" PRId64
+                " values differ; S_local %" PRId64 " = %" PRId64 " dw blocks, %" PRId64
+                " fragments\n",
                 wrong, C * 4, rk->S, nb, rk->num_fragments);
     }
     return bad;
@@ -305,14 +356,17 @@ int cc_compare_truth(const char *label, const cc_rank *rk, int first, int count,
     char what[320];
     for (int i = first; i < first + count; i++) {
         const int64_t C = rk->C[i];
-        snprintf(what, sizeof what, "%s: GPU vs CPU y[%d] (C=%" PRId64 ", rank %d, S_local %" PRId64 ")",
-                 label, i, C, rk->rank, rk->S);
+        snprintf(what, sizeof what,
+                 "%s: GPU vs CPU y[%d] (C=%" PRId64 ", rank %d, S_local %" PRId64 ")", label, i, C,
+                 rk->rank, rk->S);
         bad += compare16(what, rk, rk->g_y[i], rk->y[i], C, nan_equal);
-        snprintf(what, sizeof what, "%s: GPU vs CPU dx[%d] (C=%" PRId64 ", rank %d, S_local %" PRId64 ")",
-                 label, i, C, rk->rank, rk->S);
+        snprintf(what, sizeof what,
+                 "%s: GPU vs CPU dx[%d] (C=%" PRId64 ", rank %d, S_local %" PRId64 ")", label, i, C,
+                 rk->rank, rk->S);
         bad += compare16(what, rk, rk->g_dx[i], rk->dx[i], C, nan_equal);
-        snprintf(what, sizeof what, "%s: GPU vs CPU dw[%d] (C=%" PRId64 ", rank %d, S_local %" PRId64 ")",
-                 label, i, C, rk->rank, rk->S);
+        snprintf(what, sizeof what,
+                 "%s: GPU vs CPU dw[%d] (C=%" PRId64 ", rank %d, S_local %" PRId64 ")", label, i, C,
+                 rk->rank, rk->S);
         bad += compare_dw(what, rk, rk->g_dw[i], rk->dw[i], C, nan_equal);
     }
     return bad;
@@ -332,8 +386,8 @@ int cc_check_all_forms(cc_rank *rk, const char *label, unsigned char poison, int
     cake_cooperative forms[3];
     int nforms = cc_coop_forms(forms), bad = 0;
     for (int j = 0; j < nforms; j++) {
-        cc_launch l = {0, rk->n, forms[j], (cc_workspace)((j + rk->rank) % CC_WS_COUNT), poison,
-                       stream};
+        cc_launch l = {0,      rk->n, forms[j], (cc_workspace)((j + rk->rank) % CC_WS_COUNT),
+                       poison, stream};
         char desc[160], what[400];
         cc_launch_describe(&l, desc, sizeof desc);
         snprintf(what, sizeof what, "%s, %s", label, desc);
@@ -345,17 +399,28 @@ int cc_check_all_forms(cc_rank *rk, const char *label, unsigned char poison, int
 
 int cc_compare_reference(const char *label, const cc_rank *rk, const tu_problem *view,
                          const tu_ref *ref, const int64_t *l2g, int nan_equal) {
-    tu_rank_out o;
-    memset(&o, 0, sizeof o);
-    o.n = rk->n;
-    o.S = rk->S;
+    int bad = 0;
+    char what[320];
     for (int i = 0; i < rk->n; i++) {
-        o.C[i] = rk->C[i];
-        o.y[i] = rk->g_y[i];
-        o.dx[i] = rk->g_dx[i];
-        o.dw[i] = rk->g_dw[i];
+        const int64_t C = rk->C[i], S = rk->S;
+        cake_bf16 *want = tu_malloc(rows_bytes(S, C));
+        float *dw = tu_malloc((size_t)C * 16);
+        tu_gather(ref->y[i], C, l2g, S, want);
+        snprintf(what, sizeof what, "%s: GPU vs reference y[%d] (C=%" PRId64 ", rank %d)", label, i,
+                 C, rk->rank);
+        bad += compare16(what, rk, rk->g_y[i], want, C, nan_equal);
+        tu_gather(ref->dx[i], C, l2g, S, want);
+        snprintf(what, sizeof what, "%s: GPU vs reference dx[%d] (C=%" PRId64 ", rank %d)", label,
+                 i, C, rk->rank);
+        bad += compare16(what, rk, rk->g_dx[i], want, C, nan_equal);
+        ref_dw(view->cu, view->num_seqs, C, view->x[i], view->dy[i], l2g, S, dw);
+        snprintf(what, sizeof what, "%s: GPU vs reference dw[%d] (C=%" PRId64 ", rank %d)", label,
+                 i, C, rk->rank);
+        bad += compare_dw(what, rk, rk->g_dw[i], dw, C, nan_equal);
+        free(want);
+        free(dw);
     }
-    return tu_check_rank(label, view, ref, l2g, &o, nan_equal);
+    return bad;
 }
 
 int cc_check_partition(const cc_problem *pb, const tu_partition *tp, const char *label,

@@ -64,8 +64,8 @@ typedef enum cc_workspace { CC_WS_NULL = 0, CC_WS_EXACT, CC_WS_COUNT } cc_worksp
 typedef struct cc_launch {
     int first, count;
     cake_cooperative coop;
-    cc_workspace ws;       /* NULL: the library allocates; EXACT: a buffer of exactly the size */
-    unsigned char poison;  /* byte written over y, dx and dw before the calls */
+    cc_workspace ws;      /* NULL: the library allocates; EXACT: a buffer of exactly the size */
+    unsigned char poison; /* byte written over y, dx and dw before the calls */
     cudaStream_t stream;
 } cc_launch;
 
@@ -75,6 +75,18 @@ void cc_launch_describe(const cc_launch *l, char *buf, size_t size);
 
 /* Poison outputs, run forward and backward, wait, download into g_y, g_dx, g_dw. */
 void cc_gpu_run(cc_rank *rk, const cc_launch *l);
+/* Bitwise comparisons as tu_diff_bf16 / tu_diff_f32 (with nan_equal any NaN matches any NaN).
+ * The first CC_MAX_PRINTED differing arrays of the program are reported (first differing
+ * element, counts); later ones are only counted, so a systematic fault cannot bury the output.
+ * Return 1 when the arrays differ. */
+#define CC_MAX_PRINTED 40
+int cc_diff16(const char *what, const cake_bf16 *got, const cake_bf16 *want, int64_t rows,
+              int64_t cols, int nan_equal);
+int cc_diff32(const char *what, const float *got, const float *want, int64_t rows, int64_t cols,
+              int nan_equal);
+/* 1 while differences are still printed. */
+int cc_printing(void);
+
 /* GPU results of tensors [first, first + count) against the CPU truth, bitwise (with nan_equal
  * any NaN matches any NaN). Reports the first differing element with its fragment and dw block.
  * Returns the number of differing arrays. */

@@ -68,7 +68,8 @@ void cu_sync(cudaStream_t stream, const char *what) {
     }
 }
 
-int64_t cu_count_not_poison(const char *what, const void *host, size_t bytes, unsigned char poison) {
+int64_t cu_count_not_poison(const char *what, const void *host, size_t bytes,
+                            unsigned char poison) {
     const unsigned char *b = host;
     int64_t bad = 0, first = -1;
     for (size_t i = 0; i < bytes; i++)

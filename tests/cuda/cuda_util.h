@@ -16,14 +16,14 @@
 void cu_require_gpu(void);
 
 /* A CUDA runtime call that must succeed (inside a cmocka test). */
-#define CU_CHECK(expr)                                                                            \
-    do {                                                                                          \
-        cudaError_t cu_err_ = (expr);                                                             \
-        if (cu_err_ != cudaSuccess) {                                                             \
-            tu_report("%s -> %s: %s", #expr, cudaGetErrorName(cu_err_),                          \
-                      cudaGetErrorString(cu_err_));                                               \
-            fail_msg("CUDA call failed: %s", #expr);                                              \
-        }                                                                                         \
+#define CU_CHECK(expr)                                                                             \
+    do {                                                                                           \
+        cudaError_t cu_err_ = (expr);                                                              \
+        if (cu_err_ != cudaSuccess) {                                                              \
+            tu_report("%s -> %s: %s", #expr, cudaGetErrorName(cu_err_),                            \
+                      cudaGetErrorString(cu_err_));                                                \
+            fail_msg("CUDA call failed: %s", #expr);                                               \
+        }                                                                                          \
     } while (0)
 
 /* Device buffer of `bytes` bytes (NULL for 0 bytes), optionally filled from host memory. */

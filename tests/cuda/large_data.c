@@ -47,7 +47,7 @@ cake_bf16 lg_value(const lg_data *d, int which, int64_t g, int64_t c) {
     if (kind < 6)
         return sign; /* signed zero */
     if (kind < 9)
-        return (cake_bf16)(sign | (uint16_t)(((h >> 16) & 0x7f) | 1)); /* subnormal */
+        return (cake_bf16)(sign | (uint16_t)(((h >> 16) & 0x7f) | 1));         /* subnormal */
     const uint16_t exp = (uint16_t)(117 + ((h >> 24) & 15) + ((h >> 28) & 3)); /* 2^-10..2^8 */
     return (cake_bf16)(sign | (uint16_t)(exp << 7) | (uint16_t)((h >> 40) & 0x7f));
 }

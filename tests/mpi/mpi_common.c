@@ -206,7 +206,8 @@ typedef struct desc {
 
 static void desc_init(desc *d, int P, int64_t cap)
 {
-    d->counts = calloc((size_t)P, sizeof *d->counts);
+    d->counts = tu_malloc((size_t)P * sizeof *d->counts);
+    memset(d->counts, 0, (size_t)P * sizeof *d->counts);
     d->ranges = tu_malloc((size_t)(cap > 0 ? cap : 1) * sizeof *d->ranges);
     d->nr = 0;
 }
@@ -319,8 +320,10 @@ int mc_trial_make(mc_trial *t, uint64_t stream, int index, int P, int part, int6
     if (tu_range(&r, 0, 2) != 0)
         max_T = min64(max_T, 200);
     int64_t u = tu_range(&r, 0, 99);
-    mc_seqs shape = u < 50 ? MC_SEQS_RANDOM : u < 70 ? MC_SEQS_ONE : u < 85 ? MC_SEQS_TINY
-                                                                       : MC_SEQS_FEW_ROWS;
+    mc_seqs shape = u < 50   ? MC_SEQS_RANDOM
+                    : u < 70 ? MC_SEQS_ONE
+                    : u < 85 ? MC_SEQS_TINY
+                             : MC_SEQS_FEW_ROWS;
     t->num_seqs = make_cu(&r, shape, P, max_T, &t->cu);
     t->T = t->cu[t->num_seqs];
     t->n = (int)tu_range(&r, 1, 4);

@@ -263,10 +263,9 @@ static void check_mode_case(int index, odd_kind kind, int d)
         st = cake_forward_multi(ctx, 3, mine.C, MC_CX(use), MC_CW(use), use->y, use->hist, NULL);
         break;
     }
-    /* Every rank: the first rank that differs from rank 0 (rank 1 when rank 0 is the odd one)
-     * and the field. */
+    /* Every rank: the field, and the odd rank among every rank's value of it. */
     char rank_word[32], field[32];
-    snprintf(rank_word, sizeof rank_word, "rank %d", d == 0 ? 1 : d);
+    snprintf(rank_word, sizeof rank_word, "rank %d: ", d);
     const char *fields[ODD_COUNT] = {NULL, NULL, "tensor count", "entry point",
                                      "recompute handle passed", "recompute handle filled", NULL};
     if (fields[kind])
