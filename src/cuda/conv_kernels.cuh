@@ -22,7 +22,8 @@ constexpr int kBlockRows = 256; /* CAKE_DW_BLOCK_ROWS */
 constexpr int kTreeWidth = 32;  /* tree leaves one tree thread folds in registers */
 constexpr int kThreads = 256;
 #ifndef CAKE_CUDA_MIN_BLOCKS
-#define CAKE_CUDA_MIN_BLOCKS 1 /* forward: resident blocks per SM the register budget must allow */
+#define CAKE_CUDA_MIN_BLOCKS 2 /* forward: resident blocks per SM the register budget must allow
+                                 (measured on the H200: 2 beats 1 by about 20 %) */
 #endif
 constexpr int kMinBlocks = CAKE_CUDA_MIN_BLOCKS;
 
