@@ -29,16 +29,27 @@ static cake_status check_channels(int n, const int64_t *channels, int64_t rows) 
     return CAKE_SUCCESS;
 }
 
-/* arrays must exist; each entry must be non-NULL when it has elements. */
-static cake_status check_array(const char *name, const void *const *arrays, int n,
-                               int64_t rows) {
+/* arrays must exist; each entry must be non-NULL when it has elements (rows > 0; rows < 0
+ * marks a weight array, which always has elements) and aligned as asked. */
+static cake_status check_array(const char *name, const void *const *arrays, int n, int64_t rows,
+                               int alignment) {
     if (!arrays) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "%s: expected a pointer, got NULL", name);
     if (rows == 0) return CAKE_SUCCESS;
-    for (int i = 0; i < n; i++)
-        if (!arrays[i])
+    for (int i = 0; i < n; i++) {
+        if (!arrays[i]) {
+            if (rows < 0)
+                return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                                 "%s[%d]: expected a pointer to [channels, 4] fp32, got NULL",
+                                 name, i);
             return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                              "%s[%d]: expected a pointer to %lld rows, got NULL", name, i,
                              (long long)rows);
+        }
+        if (alignment > 0 && (uintptr_t)arrays[i] % (uintptr_t)alignment != 0)
+            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                             "%s[%d]: expected a %d-byte aligned pointer, got %p", name, i,
+                             alignment, arrays[i]);
+    }
     return CAKE_SUCCESS;
 }
 
@@ -94,17 +105,18 @@ cake_status cake_check_call_args(const cake_call_args *a) {
     if (n < 1)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "num_tensors: expected >= 1, got %d", n);
     CAKE_CHECK(check_channels(n, a->channels, a->rows));
-    CAKE_CHECK(check_array("x", (const void *const *)a->x, n, a->rows));
-    CAKE_CHECK(check_array("w", (const void *const *)a->w, n, 1));
-    CAKE_CHECK(check_array("history", (const void *const *)a->history, n, a->pool_rows));
+    const int al = a->alignment;
+    CAKE_CHECK(check_array("x", (const void *const *)a->x, n, a->rows, al));
+    CAKE_CHECK(check_array("w", (const void *const *)a->w, n, -1, al));
+    CAKE_CHECK(check_array("history", (const void *const *)a->history, n, a->pool_rows, al));
     if (a->backward) {
-        CAKE_CHECK(check_array("dy", (const void *const *)a->dy, n, a->rows));
+        CAKE_CHECK(check_array("dy", (const void *const *)a->dy, n, a->rows, al));
         if (!a->future_is_internal)
-            CAKE_CHECK(check_array("future", (const void *const *)a->future, n, a->pool_rows));
-        CAKE_CHECK(check_array("dx", (const void *const *)a->dx, n, a->rows));
-        CAKE_CHECK(check_array("dw", (const void *const *)a->dw, n, 1));
+            CAKE_CHECK(check_array("future", (const void *const *)a->future, n, a->pool_rows, al));
+        CAKE_CHECK(check_array("dx", (const void *const *)a->dx, n, a->rows, al));
+        CAKE_CHECK(check_array("dw", (const void *const *)a->dw, n, -1, al));
     } else {
-        CAKE_CHECK(check_array("y", (const void *const *)a->y, n, a->rows));
+        CAKE_CHECK(check_array("y", (const void *const *)a->y, n, a->rows, al));
     }
     return check_aliasing(a);
 }

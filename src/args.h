@@ -22,6 +22,7 @@ typedef struct cake_call_args {
     int backward;           /* 1: dy, future, dx, dw are required */
     int history_is_output;  /* the CP forward fills the history pools */
     int future_is_internal; /* the CP backward makes its own future pools */
+    int alignment;          /* bytes every array must be aligned to (GPU: 16); 0: any */
 } cake_call_args;
 
 cake_status cake_check_call_args(const cake_call_args *args);

@@ -196,14 +196,6 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
     a.total_work = work;
 }
 
-cake_status check_alignment(const char *name, const void *const *arrays, int n) {
-    for (int i = 0; i < n; i++)
-        if ((uintptr_t)arrays[i] % 16 != 0)
-            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                             "%s[%d]: expected a 16-byte aligned device pointer, got %p", name, i,
-                             arrays[i]);
-    return CAKE_SUCCESS;
-}
 
 } // namespace
 
@@ -232,15 +224,21 @@ extern "C" cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *p
     if (!channels) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "channels: expected a pointer, got NULL");
     const int64_t roots = cake_cuda_tree_roots(cake_cuda_plan_rows(plan));
     int64_t total = 0;
-    for (int i = 0; i < num_tensors; i++) total += roots * 4 * channels[i];
+    for (int i = 0; i < num_tensors; i++) {
+        if (channels[i] <= 0 || channels[i] % 8 != 0)
+            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                             "channels[%d]: expected a positive multiple of 8, got %lld", i,
+                             (long long)channels[i]);
+        total += roots * 4 * channels[i];
+    }
     *bytes = sizeof(float) * (size_t)total;
     return CAKE_SUCCESS;
 }
 
-static cake_status check_call(const cake_cuda_plan *plan, const cake_call_args *args,
+static cake_status check_call(const cake_cuda_plan *plan, cake_call_args *args,
                               cake_cooperative cooperative) {
+    args->alignment = 16; /* 16-byte vector loads */
     CAKE_CHECK(cake_check_call_args(args));
-    const int n = args->num_tensors;
     if (cooperative != CAKE_COOPERATIVE_AUTO && cooperative != CAKE_COOPERATIVE_OFF &&
         cooperative != CAKE_COOPERATIVE_ON)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
@@ -250,20 +248,7 @@ static cake_status check_call(const cake_cuda_plan *plan, const cake_call_args *
         return cake_fail(CAKE_ERROR_UNSUPPORTED,
                          "cooperative: True was asked for, but the current device cannot launch "
                          "cooperative kernels");
-    CAKE_CHECK(cake_cuda_plan_check_device(plan));
-    CAKE_CHECK(check_alignment("w", (const void *const *)args->w, n));
-    if (args->backward) CAKE_CHECK(check_alignment("dw", (const void *const *)args->dw, n));
-    if (args->rows == 0) return CAKE_SUCCESS;
-    CAKE_CHECK(check_alignment("x", (const void *const *)args->x, n));
-    CAKE_CHECK(check_alignment("history", (const void *const *)args->history, n));
-    if (args->backward) {
-        CAKE_CHECK(check_alignment("dy", (const void *const *)args->dy, n));
-        CAKE_CHECK(check_alignment("future", (const void *const *)args->future, n));
-        CAKE_CHECK(check_alignment("dx", (const void *const *)args->dx, n));
-    } else {
-        CAKE_CHECK(check_alignment("y", (const void *const *)args->y, n));
-    }
-    return CAKE_SUCCESS;
+    return cake_cuda_plan_check_device(plan);
 }
 
 extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,

@@ -280,7 +280,8 @@ static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
                        cake_cooperative cooperative, void *workspace, size_t workspace_bytes,
                        cudaStream_t stream) {
     if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
-    const cake_call_args args = cake_call_args_of(ctx, call, backward);
+    cake_call_args args = cake_call_args_of(ctx, call, backward);
+    args.alignment = 16;
     CAKE_CHECK(cake_check_call_args(&args));
     if (cooperative != CAKE_COOPERATIVE_AUTO && cooperative != CAKE_COOPERATIVE_OFF &&
         cooperative != CAKE_COOPERATIVE_ON)

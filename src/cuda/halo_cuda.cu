@@ -161,6 +161,9 @@ extern "C" cake_status cake_halo_device_create(const cake_plan *plan, const cake
         if (status == CAKE_SUCCESS) status = upload(&out->recv_peer, recv_peer, out->num_recv_rows);
         if (status == CAKE_SUCCESS) status = upload(&out->recv_begin, recv_begin, (int64_t)lists->num_receives + 1);
         if (status == CAKE_SUCCESS) status = upload(&out->slot_source, source, out->pool_rows);
+        /* Pageable copies may return before they land: wait once, at creation. */
+        if (status == CAKE_SUCCESS && cudaDeviceSynchronize() != cudaSuccess)
+            status = cake_fail(CAKE_ERROR_CUDA, "cudaDeviceSynchronize after the halo tables failed");
     }
     free(send_row);
     free(send_peer);

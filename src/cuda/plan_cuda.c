@@ -30,6 +30,9 @@ cake_status cake_cuda_plan_create(const cake_plan *plan, cake_cuda_plan **out) {
     if (err == cudaSuccess) err = cudaMalloc((void **)&p->frag_start, sizeof(int64_t) * (size_t)(n + 1));
     if (err == cudaSuccess)
         err = cudaMemcpy(p->frag_start, host, sizeof(int64_t) * (size_t)(n + 1), cudaMemcpyHostToDevice);
+    /* A copy from pageable memory may return before it lands: make sure it has, so kernels on
+     * any stream see the table. Creation is outside the training step. */
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
     free(host);
     if (err != cudaSuccess) {
         cudaFree(p->frag_start);
