@@ -46,14 +46,16 @@ if [ "$mode" = full ]; then
   grep -E "tests passed|tests failed|Passed|Failed" "$OUT/large.log" | tail -5
 fi
 
-# Kernel variants (compile-time knobs), cake only, for tuning: VARIANTS="MIN:ROWS ..."
+# Kernel variants (compile-time knobs), cake only, for tuning:
+# VARIANTS="STAGES:BACKWARD_MIN_BLOCKS:FORWARD_ROWS ..."
 for v in ${VARIANTS:-}; do
-  min=${v%%:*}; rows=${v##*:}
-  step "variant: forward min blocks $min, forward rows $rows"
-  cmake -S . -B "build-var-$min-$rows" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
-    -DCAKE_BUILD_BENCH=OFF -DCMAKE_CUDA_FLAGS="-DCAKE_CUDA_MIN_BLOCKS=$min -DCAKE_CUDA_FORWARD_ROWS=$rows" \
-    > /dev/null 2>&1 && cmake --build "build-var-$min-$rows" -j 16 --target cake_cuda_shared > /dev/null 2>&1 \
-    && python3 bench/bench_gpu.py --lib "build-var-$min-$rows/libcake_cuda.so" --quick --no-torch \
+  IFS=: read -r stages minb rows <<< "$v"
+  step "variant: stages $stages, backward min blocks $minb, forward rows $rows"
+  dir="build-var-$stages-$minb-$rows"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DCAKE_BUILD_BENCH=OFF \
+    -DCMAKE_CUDA_FLAGS="-DCAKE_CUDA_STAGES=$stages -DCAKE_CUDA_BACKWARD_MIN_BLOCKS=$minb -DCAKE_CUDA_FORWARD_ROWS=$rows" \
+    > /dev/null 2>&1 && cmake --build "$dir" -j 16 --target cake_cuda_shared > /dev/null 2>&1 \
+    && python3 bench/bench_gpu.py --lib "$dir/libcake_cuda.so" --quick --no-torch \
          --shapes main,small 2>&1 | grep -v "^\*" | tee -a "$OUT/variants.log"
 done
 

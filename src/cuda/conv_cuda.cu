@@ -29,11 +29,12 @@ __device__ __forceinline__ int64_t first_item() {
 }
 __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
+/* Forward items: (run of rows, channel pair); consecutive threads take consecutive pairs. */
 __device__ void forward_items(const ConvArgs &a) {
     for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
-        const int64_t local = item - T.work_begin;
-        forward_item(a, T, (local / T.chunks) * kForwardRows, (local % T.chunks) * kChunk);
+        const int64_t local = item - T.work_begin, pairs = T.channels / 2;
+        forward_item(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
     }
 }
 
@@ -63,20 +64,20 @@ __device__ void tree_items(const ConvArgs &a, const TreePass &pass) {
     }
 }
 
-__global__ void __launch_bounds__(kThreads, kMinBlocks) forward_kernel(const __grid_constant__ ConvArgs a) {
+__global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ ConvArgs a) {
     forward_items(a);
 }
 
-__global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constant__ ConvArgs a) {
+__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks) backward_kernel(const __grid_constant__ ConvArgs a) {
     backward_items(a);
 }
 
-__global__ void __launch_bounds__(kThreads, kMinBlocks) tree_kernel(const __grid_constant__ ConvArgs a,
+__global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ ConvArgs a,
                                                         const TreePass pass) {
     tree_items(a, pass);
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
     backward_cooperative_kernel(const __grid_constant__ ConvArgs a,
                                 const __grid_constant__ TreePlan tree) {
     backward_items(a);
@@ -171,6 +172,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
     a.frag_start = cake_cuda_plan_frag_start(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
+    a.rows_per_item = kForwardRows;
     int64_t work = 0;
     for (int i = 0; i < count; i++) {
         TensorArgs &T = a.t[i];
@@ -178,7 +180,6 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
         T.w = w[i];
         T.history = history[i];
         T.channels = channels[i];
-        T.chunks = channels[i] / kChunk;
         T.work_begin = work;
         if (backward) {
             T.dy = dy[i];
@@ -190,7 +191,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
             work += a.num_blocks * (channels[i] / 2);
         } else {
             T.y = y[i];
-            work += (a.rows + kForwardRows - 1) / kForwardRows * T.chunks;
+            work += (a.rows + kForwardRows - 1) / kForwardRows * (channels[i] / 2);
         }
     }
     a.total_work = work;
