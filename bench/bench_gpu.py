@@ -232,13 +232,18 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer replays")
     ap.add_argument("--shapes", default="main,S=8192,small", help="comma list of shape names")
     ap.add_argument("--no-torch", action="store_true", help="cake only")
+    ap.add_argument("--once", action="store_true",
+                    help="one forward and one backward per shape, no timing (for ncu)")
     args = ap.parse_args()
     lib = load(args.lib)
     replays = 20 if args.quick else 100
     props = torch.cuda.get_device_properties(0)
-    memcpy = copy_bandwidth(2 << 30)
-    kcopy = kernel_copy_bandwidth(2 << 30, props.multi_processor_count)
-    copy = max(memcpy, kcopy or 0)
+    if args.once:
+        memcpy = kcopy = copy = 1.0
+    else:
+        memcpy = copy_bandwidth(2 << 30)
+        kcopy = kernel_copy_bandwidth(2 << 30, props.multi_processor_count)
+        copy = max(memcpy, kcopy or 0)
     print(f"device: {props.name}, {props.multi_processor_count} SMs; device-to-device copy "
           f"(bytes read + written): cudaMemcpy {memcpy / 1e9:.0f} GB/s, 16-byte copy kernel "
           f"{(kcopy or 0) / 1e9:.0f} GB/s; %copy below is against {copy / 1e9:.0f} GB/s")
@@ -249,6 +254,11 @@ def main():
         if name not in args.shapes.split(","):
             continue
         p = Problem(lib, n, S, C, mean, seed=1)
+        if args.once:
+            p.forward("off")
+            p.backward("off")
+            torch.cuda.synchronize()
+            continue
         fwd_bytes = 2 * n * S * C * 2
         bwd_bytes = 3 * n * S * C * 2
         rows = []
@@ -271,6 +281,8 @@ def main():
         shapes_rows(name, rows, copy)
         del p
         torch.cuda.empty_cache()
+    if args.once:
+        return
     print(f"device-to-device copy again at the end: {copy_bandwidth(2 << 30) / 1e9:.0f} GB/s")
     print("* timed with events around each call (launch overhead included): autograd could not "
           "be captured in a CUDA graph")

@@ -59,6 +59,12 @@ for v in ${VARIANTS:-}; do
          --shapes main,small 2>&1 | grep -v "^\*" | tee -a "$OUT/variants.log"
 done
 
+step "dw tree share of the backward (ncu, main shape, ordinary launches)"
+ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"backward_kernel|tree_kernel|forward_kernel" \
+  python3 bench/bench_gpu.py --lib build-device/libcake_cuda.so --once --no-torch --shapes main \
+  > "$OUT/ncu.log" 2>&1 || echo "  ncu failed (see ncu.log)"
+grep -E "backward_kernel|tree_kernel|forward_kernel|gpu__time_duration" "$OUT/ncu.log" | sed 's/^ */  /' | head -12
+
 step "benchmark"
 python3 bench/bench_gpu.py --lib build-device/libcake_cuda.so $([ "$mode" = quick ] && echo --quick) \
   2>&1 | tee "$OUT/bench.log" || status=1

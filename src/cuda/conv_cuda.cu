@@ -38,12 +38,27 @@ __device__ void forward_items(const ConvArgs &a) {
     }
 }
 
-/* Backward items: (dw block, channel pair); consecutive threads take consecutive pairs. */
+__device__ __forceinline__ int tensor_of_dx(const ConvArgs &a, int64_t item) {
+    int i = 0;
+    while (i + 1 < a.num_tensors && a.t[i + 1].dx_begin <= item) i++;
+    return i;
+}
+
+/* Backward items: (dw block, channel pair), consecutive threads on consecutive pairs. Fused:
+ * dx comes with the dw walk. Split: the dw walks, then the dx items (run of rows, pair). */
+template <bool kSplit>
 __device__ void backward_items(const ConvArgs &a) {
-    for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
-        const TensorArgs &T = a.t[tensor_of(a, item)];
-        const int64_t local = item - T.work_begin, pairs = T.channels / 2;
-        backward_item(a, T, local / pairs, 2 * (local % pairs));
+    for (int64_t item = first_item(); item < a.total_work + a.dx_work; item += item_stride()) {
+        if (item < a.total_work) {
+            const TensorArgs &T = a.t[tensor_of(a, item)];
+            const int64_t local = item - T.work_begin, pairs = T.channels / 2;
+            backward_item<!kSplit>(a, T, local / pairs, 2 * (local % pairs));
+        } else if (kSplit) {
+            const int64_t dx = item - a.total_work;
+            const TensorArgs &T = a.t[tensor_of_dx(a, dx)];
+            const int64_t local = dx - T.dx_begin, pairs = T.channels / 2;
+            dx_item(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
+        }
     }
 }
 
@@ -68,8 +83,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant
     forward_items(a);
 }
 
-__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks) backward_kernel(const __grid_constant__ ConvArgs a) {
-    backward_items(a);
+template <bool kSplit>
+__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
+    backward_kernel(const __grid_constant__ ConvArgs a) {
+    backward_items<kSplit>(a);
 }
 
 __global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ ConvArgs a,
@@ -77,10 +94,11 @@ __global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ 
     tree_items(a, pass);
 }
 
+/* Always split: one kernel holding all three walks would not fit its registers. */
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
     backward_cooperative_kernel(const __grid_constant__ ConvArgs a,
                                 const __grid_constant__ TreePlan tree) {
-    backward_items(a);
+    backward_items<true>(a);
     for (int p = 0; p < tree.num_passes; p++) {
         cg::this_grid().sync(); /* the level below is complete */
         tree_items(a, tree.pass[p]);
@@ -160,20 +178,43 @@ int pick_cooperative(cake_cooperative requested, int64_t rows, int num_tensors,
     return elements <= ((int64_t)1 << 24);
 }
 
+/* Threads the device keeps resident at once (for sizing the work). */
+int64_t resident_threads() {
+    int device = 0, sms = 132, per_sm = 2048;
+    if (cudaGetDevice(&device) == cudaSuccess) {
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+    }
+    return (int64_t)sms * per_sm;
+}
+
+/* Rows per item of the row-run walks: long runs stream best, but small calls need more items
+ * to fill the GPU. Never changes bits. */
+int64_t rows_per_item(int64_t rows, int64_t pairs) {
+    const int64_t want = 2 * resident_threads();
+    int64_t r = kForwardRows;
+    while (r > kStepRows && (rows + r - 1) / r * pairs < want) r /= 2;
+    return r;
+}
+
 /* Fills the launch arguments of tensors [first, first + count). */
 void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t *channels,
                const cake_bf16 *const *x, const float *const *w, const cake_bf16 *const *history,
                const cake_bf16 *const *dy, const cake_bf16 *const *future, cake_bf16 *const *y,
                cake_bf16 *const *dx, float *const *dw, float *partials, int64_t roots,
-               int backward) {
+               int backward, int force_split) {
     memset(&a, 0, sizeof a);
     a.num_tensors = count;
     a.rows = cake_cuda_plan_rows(plan);
     a.frag_start = cake_cuda_plan_frag_start(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
-    a.rows_per_item = kForwardRows;
-    int64_t work = 0;
+    int64_t pairs = 0;
+    for (int i = 0; i < count; i++) pairs += channels[i] / 2;
+    a.rows_per_item = rows_per_item(a.rows, pairs);
+    /* Too few dw blocks to fill the GPU: walk dx apart, in short runs, next to the dw chains. */
+    a.split = backward && (force_split || a.num_blocks * pairs < resident_threads());
+    int64_t work = 0, dx_work = 0;
     for (int i = 0; i < count; i++) {
         TensorArgs &T = a.t[i];
         T.x = x[i];
@@ -181,6 +222,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
         T.history = history[i];
         T.channels = channels[i];
         T.work_begin = work;
+        T.dx_begin = dx_work;
         if (backward) {
             T.dy = dy[i];
             T.future = future[i];
@@ -189,14 +231,15 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
             T.partials = partials;
             partials += roots * 4 * channels[i];
             work += a.num_blocks * (channels[i] / 2);
+            if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (channels[i] / 2);
         } else {
             T.y = y[i];
-            work += (a.rows + kForwardRows - 1) / kForwardRows * (channels[i] / 2);
+            work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (channels[i] / 2);
         }
     }
     a.total_work = work;
+    a.dx_work = dx_work;
 }
-
 
 } // namespace
 
@@ -276,7 +319,7 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
         fill_args(a, plan, count, channels + first, x + first, w + first, history + first, NULL,
-                  NULL, y + first, NULL, NULL, NULL, 0, 0);
+                  NULL, y + first, NULL, NULL, NULL, 0, 0, 0);
         if (coop) {
             void *params[] = {&a};
             CAKE_CHECK(launch_cooperative((const void *)forward_kernel, a.total_work, params, stream));
@@ -348,18 +391,19 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
         fill_args(a, plan, count, channels + first, x + first, w + first, history + first,
-                  dy + first, future + first, NULL, dx + first, dw + first, partials, roots, 1);
+                  dy + first, future + first, NULL, dx + first, dw + first, partials, roots, 1, coop);
         for (int i = 0; i < count; i++) partials += roots * 4 * channels[first + i];
         if (coop) {
             void *params[] = {&a, (void *)&tree};
-            status = launch_cooperative((const void *)backward_cooperative_kernel, a.total_work,
-                                        params, stream);
+            status = launch_cooperative((const void *)backward_cooperative_kernel,
+                                        a.total_work + a.dx_work, params, stream);
             continue;
         }
         int64_t blocks;
-        status = launch_ordinary_grid(a.total_work, &blocks);
+        status = launch_ordinary_grid(a.total_work + a.dx_work, &blocks);
         if (status != CAKE_SUCCESS) break;
-        backward_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(a);
+        if (a.split) backward_kernel<true><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
+        else backward_kernel<false><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
         for (int p = 0; p < tree.num_passes && status == CAKE_SUCCESS; p++) {
             int64_t items = 0;
             const int64_t groups = (tree.pass[p].n_in + kTreeWidth - 1) / kTreeWidth;

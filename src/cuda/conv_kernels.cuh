@@ -17,10 +17,13 @@ constexpr int kBlockRows = 256;   /* CAKE_DW_BLOCK_ROWS */
 constexpr int kTreeWidth = 32;    /* tree leaves one tree thread folds in registers */
 constexpr int kThreads = 256;
 constexpr int kStepRows = 8;      /* rows whose loads are issued together */
-#ifndef CAKE_CUDA_STAGES
-#define CAKE_CUDA_STAGES 3
+/* Steps in flight (loads run this far ahead of the math), measured best on the H200. */
+#ifndef CAKE_CUDA_FORWARD_STAGES
+#define CAKE_CUDA_FORWARD_STAGES 2
 #endif
-constexpr int kStages = CAKE_CUDA_STAGES; /* steps in flight: loads run this far ahead of the math */
+#ifndef CAKE_CUDA_BACKWARD_STAGES
+#define CAKE_CUDA_BACKWARD_STAGES 3
+#endif
 #ifndef CAKE_CUDA_BACKWARD_MIN_BLOCKS
 #define CAKE_CUDA_BACKWARD_MIN_BLOCKS 2
 #endif
@@ -38,6 +41,7 @@ struct TensorArgs {
     float *dw;
     int64_t channels;
     int64_t work_begin; /* first item of this tensor in the launch's flat item space */
+    int64_t dx_begin;   /* split backward: first dx item of this tensor */
 };
 
 struct ConvArgs {
@@ -46,8 +50,10 @@ struct ConvArgs {
     const int64_t *frag_start; /* num_fragments + 1 entries, the last = rows */
     int64_t num_fragments;
     int64_t num_blocks;        /* dw blocks: ceil(rows / 256) */
-    int64_t rows_per_item;     /* forward: rows of one item (kForwardRows) */
-    int64_t total_work;
+    int64_t rows_per_item;     /* forward and split dx: rows of one item */
+    int64_t total_work;        /* items of the launch (fused backward, forward) */
+    int64_t dx_work;           /* split backward: dx items; total_work then counts dw items */
+    int split;                 /* backward: dx and dw in separate walks */
     TensorArgs t[kMaxTensors];
 };
 
@@ -167,16 +173,17 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
             t++;
             continue;
         }
-        typename Op::Stage ring[kStages];
+        constexpr int S = Op::kStages;
+        typename Op::Stage ring[S];
 #pragma unroll
-        for (int d = 0; d < kStages - 1; d++)
+        for (int d = 0; d < S - 1; d++)
             if (d < steps) op.load(T, ring[d], t + d * kStepRows, c);
-        for (int64_t k = 0; k < steps; k += kStages) {
+        for (int64_t k = 0; k < steps; k += S) {
 #pragma unroll
-            for (int d = 0; d < kStages; d++) {
+            for (int d = 0; d < S; d++) {
                 if (k + d < steps) {
-                    if (k + d + kStages - 1 < steps)
-                        op.load(T, ring[(d + kStages - 1) % kStages], t + (k + d + kStages - 1) * kStepRows, c);
+                    if (k + d + S - 1 < steps)
+                        op.load(T, ring[(d + S - 1) % S], t + (k + d + S - 1) * kStepRows, c);
                     op.step(T, ring[d], t + (k + d) * kStepRows, c);
                 }
             }
@@ -189,6 +196,7 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
 
 struct ForwardOp {
     static constexpr int kLookahead = 0;
+    static constexpr int kStages = CAKE_CUDA_FORWARD_STAGES;
     struct Stage {
         uint32_t x[kStepRows];
     };
@@ -236,10 +244,15 @@ __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0,
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
+/* The backward of one channel pair: dx (kDx) and the dw block partials (kDw). Both at once read
+ * x and dy once; apart, each walk is lighter, which pays when there are too few dw blocks to
+ * fill the GPU (small shapes): dx then splits rows freely like the forward. */
+template <bool kDx, bool kDw>
 struct BackwardOp {
-    static constexpr int kLookahead = 3; /* dx(t) reads dy(t + 3) */
+    static constexpr int kLookahead = kDx ? 3 : 0; /* dx(t) reads dy(t + 3) */
+    static constexpr int kStages = CAKE_CUDA_BACKWARD_STAGES;
     struct Stage {
-        uint32_t x[kStepRows], g[kStepRows]; /* x(t + r) and dy(t + r + 3) */
+        uint32_t x[kDw ? kStepRows : 1], g[kStepRows]; /* x(t + r); dy(t + r + lookahead) */
     };
     PairWeights w;
     float pe[4], po[4];  /* dw block partials, channels c and c + 1 */
@@ -247,56 +260,67 @@ struct BackwardOp {
     uint32_t g0, g1, g2; /* dy(t), dy(t+1), dy(t+2) */
 
     __device__ __forceinline__ void refill(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
-        x0 = x_pair(T, cur, t - 3, c);
-        x1 = x_pair(T, cur, t - 2, c);
-        x2 = x_pair(T, cur, t - 1, c);
-        g0 = dy_pair(T, cur, t, c);
-        g1 = dy_pair(T, cur, t + 1, c);
-        g2 = dy_pair(T, cur, t + 2, c);
+        if (kDw) {
+            x0 = x_pair(T, cur, t - 3, c);
+            x1 = x_pair(T, cur, t - 2, c);
+            x2 = x_pair(T, cur, t - 1, c);
+        }
+        if (kDx) {
+            g0 = dy_pair(T, cur, t, c);
+            g1 = dy_pair(T, cur, t + 1, c);
+            g2 = dy_pair(T, cur, t + 2, c);
+        }
     }
-    /* dx(t) from dy(t..t+3); p[k] += dy(t) * x(t-3+k), in row order. */
-    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xt, uint32_t g3) {
-        const float ge = bf16_lo(g0), go = bf16_hi(g0);
-        float e = __fmaf_rn(w.e[3], ge, 0.0f), o = __fmaf_rn(w.o[3], go, 0.0f);
-        e = __fmaf_rn(w.e[2], bf16_lo(g1), e);
-        o = __fmaf_rn(w.o[2], bf16_hi(g1), o);
-        e = __fmaf_rn(w.e[1], bf16_lo(g2), e);
-        o = __fmaf_rn(w.o[1], bf16_hi(g2), o);
-        e = __fmaf_rn(w.e[0], bf16_lo(g3), e);
-        o = __fmaf_rn(w.o[0], bf16_hi(g3), o);
-        store_pair(T.dx + t * T.channels + c, pack2(e, o));
-        pe[0] = __fmaf_rn(ge, bf16_lo(x0), pe[0]);
-        po[0] = __fmaf_rn(go, bf16_hi(x0), po[0]);
-        pe[1] = __fmaf_rn(ge, bf16_lo(x1), pe[1]);
-        po[1] = __fmaf_rn(go, bf16_hi(x1), po[1]);
-        pe[2] = __fmaf_rn(ge, bf16_lo(x2), pe[2]);
-        po[2] = __fmaf_rn(go, bf16_hi(x2), po[2]);
-        pe[3] = __fmaf_rn(ge, bf16_lo(xt), pe[3]);
-        po[3] = __fmaf_rn(go, bf16_hi(xt), po[3]);
-        x0 = x1; x1 = x2; x2 = xt;
-        g0 = g1; g1 = g2; g2 = g3;
+    /* dx(t) from dy(t..t+3); p[k] += dy(t) * x(t-3+k), in row order. `g` is dy(t + 3) for dx,
+     * dy(t) for dw alone. */
+    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xt, uint32_t g) {
+        const uint32_t gt = kDx ? g0 : g;
+        const float ge = bf16_lo(gt), go = bf16_hi(gt);
+        if (kDx) {
+            float e = __fmaf_rn(w.e[3], ge, 0.0f), o = __fmaf_rn(w.o[3], go, 0.0f);
+            e = __fmaf_rn(w.e[2], bf16_lo(g1), e);
+            o = __fmaf_rn(w.o[2], bf16_hi(g1), o);
+            e = __fmaf_rn(w.e[1], bf16_lo(g2), e);
+            o = __fmaf_rn(w.o[1], bf16_hi(g2), o);
+            e = __fmaf_rn(w.e[0], bf16_lo(g), e);
+            o = __fmaf_rn(w.o[0], bf16_hi(g), o);
+            store_pair(T.dx + t * T.channels + c, pack2(e, o));
+            g0 = g1; g1 = g2; g2 = g;
+        }
+        if (kDw) {
+            pe[0] = __fmaf_rn(ge, bf16_lo(x0), pe[0]);
+            po[0] = __fmaf_rn(go, bf16_hi(x0), po[0]);
+            pe[1] = __fmaf_rn(ge, bf16_lo(x1), pe[1]);
+            po[1] = __fmaf_rn(go, bf16_hi(x1), po[1]);
+            pe[2] = __fmaf_rn(ge, bf16_lo(x2), pe[2]);
+            po[2] = __fmaf_rn(go, bf16_hi(x2), po[2]);
+            pe[3] = __fmaf_rn(ge, bf16_lo(xt), pe[3]);
+            po[3] = __fmaf_rn(go, bf16_hi(xt), po[3]);
+            x0 = x1; x1 = x2; x2 = xt;
+        }
     }
     __device__ __forceinline__ void load(const TensorArgs &T, Stage &s, int64_t t, int64_t c) {
 #pragma unroll
         for (int r = 0; r < kStepRows; r++) {
-            s.x[r] = load_pair(T.x + (t + r) * T.channels + c);
-            s.g[r] = load_pair(T.dy + (t + r + 3) * T.channels + c);
+            if (kDw) s.x[r] = load_pair(T.x + (t + r) * T.channels + c);
+            s.g[r] = load_pair(T.dy + (t + r + kLookahead) * T.channels + c);
         }
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, s.x[r], s.g[r]);
+        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, kDw ? s.x[r] : 0u, s.g[r]);
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
-        row(T, t, c, load_pair(T.x + t * T.channels + c), dy_pair(T, cur, t + 3, c));
+        row(T, t, c, kDw ? load_pair(T.x + t * T.channels + c) : 0u, dy_pair(T, cur, t + kLookahead, c));
     }
 };
 
-/* dw block b of one channel pair: dx of its rows and the block partials. */
-__device__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
+/* dw block b of one channel pair: its partials, and (kDx) dx of its rows. */
+template <bool kDx>
+__device__ __forceinline__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
     const int64_t t0 = b * kBlockRows;
     const int64_t t1 = t0 + kBlockRows < a.rows ? t0 + kBlockRows : a.rows;
-    BackwardOp op;
+    BackwardOp<kDx, true> op;
     op.w = load_weights(T.w, c);
 #pragma unroll
     for (int k = 0; k < 4; k++) op.pe[k] = op.po[k] = 0.0f; /* p = +0.0f */
@@ -306,6 +330,14 @@ __device__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b,
 #pragma unroll
     for (int k = 0; k < 4; k++)
         *reinterpret_cast<float2 *>(dst + k * T.channels) = make_float2(op.pe[k], op.po[k]);
+}
+
+/* dx alone for rows [t0, t0 + rows_per_item) of one channel pair. */
+__device__ __forceinline__ void dx_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
+    const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
+    BackwardOp<true, false> op;
+    op.w = load_weights(T.w, c);
+    walk_rows(a, T, op, t0, t1, c);
 }
 
 /* One tree thread: folds up to 32 consecutive roots of one (tap, channel) column by the
