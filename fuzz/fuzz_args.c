@@ -209,8 +209,10 @@ static void mutate(fz_reader *r, call *c) {
             const int src = fz_u8(r) % A_COUNT, j = c->m ? fz_u8(r) % c->m : 0;
             if (!uses(c, a) || !arr_output[a] || !uses(c, src) || !c->m || (src == a && j == i))
                 break;
-            const size_t len = c->bytes[src][j];
-            const size_t off = len > 1 ? (fz_u8(r) % len) & ~(size_t)1 : 0;
+            /* The aliased output must still have room for what it may be asked to write. */
+            const size_t len = c->bytes[src][j], need = c->bytes[a][i];
+            if (len < need) break;
+            const size_t off = len - need > 1 ? (fz_u8(r) % (len - need)) & ~(size_t)1 : 0;
             c->pass[a][i] = (const uint8_t *)c->own[src][j] + off;
             break;
         }

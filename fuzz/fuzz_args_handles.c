@@ -44,7 +44,7 @@ void fz_check_handle(const handle_model *m) {
 void fz_handle_op(fz_reader *r, handle_model *handles) {
     const uint8_t b = fz_u8(r);
     handle_model *m = &handles[(b >> 2) % NUM_HANDLES];
-    const int null_handle = (b >> 3) % 8 == 0;
+    const int null_handle = (b >> 3) % 8 == 7;
     cake_recompute_handle *h = null_handle ? NULL : m->h;
     const int k = fz_u8(r) % NUM_KEYS;
     const char *key = keys[k];

@@ -65,6 +65,18 @@ ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"backward_ker
   > "$OUT/ncu.log" 2>&1 || echo "  ncu failed (see ncu.log)"
 grep -E "backward_kernel|tree_kernel|forward_kernel|gpu__time_duration" "$OUT/ncu.log" | sed 's/^ */  /' | head -12
 
+gpus=$(nvidia-smi -L | wc -l)
+if [ "$gpus" -ge 2 ] && [ -x build-device/bench/bench_cp_nccl ]; then
+  step "multi-GPU: CP over NCCL on $gpus GPUs"
+  for np in 2 4; do
+    [ "$np" -le "$gpus" ] || continue
+    for part in contiguous zigzag; do
+      mpirun --oversubscribe -np $np build-device/bench/bench_cp_nccl --partition $part 2>&1 \
+        | tee -a "$OUT/multi-gpu.log" || status=1
+    done
+  done
+fi
+
 step "benchmark"
 python3 bench/bench_gpu.py --lib build-device/libcake_cuda.so $([ "$mode" = quick ] && echo --quick) \
   2>&1 | tee "$OUT/bench.log" || status=1

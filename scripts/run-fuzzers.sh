@@ -60,9 +60,11 @@ for h in "${HARNESSES[@]}"; do
   mkdir -p "$corpus" "$WORK/artifacts/$h"
   cp fuzz/corpus/"$h"/* "$corpus"/ 2>/dev/null || true
   log="$WORK/$h.log"
+  start=$SECONDS
   # -timeout: one input may not take longer (the partition harness plans up to 2^17 ranks).
-  if "$BUILD/fuzz/$h" "$corpus" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
-      -print_final_stats=1 -artifact_prefix="$WORK/artifacts/$h/" >"$log" 2>&1; then
+  # The subshell keeps bash's own "Aborted" line in the log.
+  if ("$BUILD/fuzz/$h" "$corpus" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
+      -print_final_stats=1 -artifact_prefix="$WORK/artifacts/$h/") >"$log" 2>&1; then
     status=ok
   else
     status=FAILED
@@ -70,7 +72,7 @@ for h in "${HARNESSES[@]}"; do
   fi
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
-  line="$h: $status, ${execs:-?} executions in ${SECONDS_EACH}s, ${cov:-cov: ?}, corpus $(ls "$corpus" | wc -l) inputs"
+  line="$h: $status, ${execs:-?} executions in $((SECONDS - start))s, ${cov:-cov: ?}, corpus $(ls "$corpus" | wc -l) inputs"
   summary+=("$line")
   echo "run-fuzzers: $line"
   if [ "$status" != ok ]; then

@@ -166,16 +166,11 @@ cake_status launch_ordinary_grid(int64_t items, int64_t *blocks) {
     return CAKE_SUCCESS;
 }
 
-/* Small calls are launch-bound: one cooperative kernel saves the backward's tree launches.
- * Large ones stream memory at full occupancy either way; ordinary launches avoid the
- * co-residency cap. */
-int pick_cooperative(cake_cooperative requested, int64_t rows, int num_tensors,
-                     const int64_t *channels) {
-    if (requested != CAKE_COOPERATIVE_AUTO) return requested == CAKE_COOPERATIVE_ON;
-    if (!cake_cuda_cooperative_supported()) return 0;
-    int64_t elements = 0;
-    for (int i = 0; i < num_tensors; i++) elements += rows * channels[i];
-    return elements <= ((int64_t)1 << 24);
+/* AUTO: ordinary launches. On the H200 the cooperative form was never faster (main shape, S =
+ * 8192, 2048 x 2048; docs/PERFORMANCE.md): its grid is capped at one resident wave and the
+ * backward must walk dx and dw apart to fit one kernel's registers. */
+int pick_cooperative(cake_cooperative requested) {
+    return requested == CAKE_COOPERATIVE_ON;
 }
 
 /* Threads the device keeps resident at once (for sizing the work). */
@@ -213,7 +208,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t
     for (int i = 0; i < count; i++) pairs += channels[i] / 2;
     a.rows_per_item = rows_per_item(a.rows, pairs);
     /* Too few dw blocks to fill the GPU: walk dx apart, in short runs, next to the dw chains. */
-    a.split = backward && (force_split || a.num_blocks * pairs < resident_threads());
+    a.split = backward && (force_split || a.num_blocks * pairs < resident_threads() / 8);
     int64_t work = 0, dx_work = 0;
     for (int i = 0; i < count; i++) {
         TensorArgs &T = a.t[i];
@@ -314,7 +309,7 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
     args.y = y;
     CAKE_CHECK(check_call(plan, &args, cooperative));
     if (args.rows == 0) return CAKE_SUCCESS;
-    const int coop = pick_cooperative(cooperative, args.rows, num_tensors, channels);
+    const int coop = pick_cooperative(cooperative);
     for (int first = 0; first < num_tensors; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
@@ -382,7 +377,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         CAKE_CUDA_CHECK(cudaMallocAsync(&owned, needed, stream), "cudaMallocAsync(workspace)");
         workspace = owned;
     }
-    const int coop = pick_cooperative(cooperative, args.rows, num_tensors, channels);
+    const int coop = pick_cooperative(cooperative);
     int64_t roots;
     const TreePlan tree = plan_tree((args.rows + kBlockRows - 1) / kBlockRows, &roots);
     cake_status status = CAKE_SUCCESS;

@@ -1,7 +1,7 @@
 /* Context parallelism on the GPU with several MPI ranks sharing one device (device buffers,
  * MPI transport staged through pinned memory): every rank's y, dx and dw from the GPU path must
  * be bitwise equal to the CPU path on the same context (which the CPU tests hold to the
- * reference and to P = 1). With one rank, the same over an NCCL communicator. Also: a forward
+ * reference and to P = 1). Where every rank has its own GPU, the same over NCCL. Also: a forward
  * that reuses a filled recompute handle exchanges nothing and gives the same bits; a handle
  * filled on the GPU is refused by a CPU call.
  * Failures are counted per rank, summed over ranks, and make every rank exit 1. No GPU: 77. */
@@ -203,7 +203,52 @@ static void fill_local(const cake_plan *plan, tensors *t, uint64_t seed) {
     }
 }
 
-static void trial(cake_ctx *ctx, uint64_t seed, int64_t C_choice[3], int n, const char *where) {
+/* The CP outputs on this rank (t->y, t->dx from the CPU path, which the GPU path equals) against
+ * the single-rank run over the whole batch, row by row through the fragments. */
+static void compare_single_rank(const cake_plan *plan, const tensors *t, uint64_t seed,
+                                const int64_t *cu, int64_t num_seqs, const char *where) {
+    const int64_t T = cu[num_seqs];
+    for (int i = 0; i < t->n; i++) {
+        const int64_t C = t->C[i];
+        cake_bf16 *gx = malloc(sizeof(cake_bf16) * (size_t)(T * C) + 2);
+        cake_bf16 *gdy = malloc(sizeof(cake_bf16) * (size_t)(T * C) + 2);
+        cake_bf16 *gy = malloc(sizeof(cake_bf16) * (size_t)(T * C) + 2);
+        cake_bf16 *gdx = malloc(sizeof(cake_bf16) * (size_t)(T * C) + 2);
+        float gdw[4 * 320];
+        for (int64_t g = 0; g < T; g++)
+            for (int64_t c = 0; c < C; c++) {
+                gx[g * C + c] = value(seed + (uint64_t)i, g, c, 1);
+                gdy[g * C + c] = value(seed + (uint64_t)i, g, c, 2);
+            }
+        const cake_bf16 *xs[] = {gx}, *dys[] = {gdy};
+        const float *ws[] = {t->w[i]};
+        if (cake_cpu_forward_single_rank(cu, num_seqs, 1, &C, xs, ws, &gy, NULL) != CAKE_SUCCESS ||
+            cake_cpu_backward_single_rank(cu, num_seqs, 1, &C, xs, ws, dys, &gdx,
+                                          (float *[]){gdw}, NULL) != CAKE_SUCCESS) {
+            fail("single-rank run: %s", cake_last_error());
+        } else {
+            for (int64_t f = 0; f < cake_plan_num_fragments(plan); f++) {
+                cake_fragment fr;
+                cake_plan_fragment(plan, f, &fr);
+                const size_t bytes = sizeof(cake_bf16) * (size_t)(fr.length * C);
+                if (memcmp(t->y[i] + fr.local_start * C, gy + fr.global_start * C, bytes) ||
+                    memcmp(t->dx[i] + fr.local_start * C, gdx + fr.global_start * C, bytes)) {
+                    fail("tensor %d: y or dx differs from the single-rank run at global rows "
+                         "[%lld, %lld) (%s)", i, (long long)fr.global_start,
+                         (long long)(fr.global_start + fr.length), where);
+                    break;
+                }
+            }
+        }
+        free(gx);
+        free(gdy);
+        free(gy);
+        free(gdx);
+    }
+}
+
+static void trial(cake_ctx *ctx, uint64_t seed, int64_t C_choice[3], int n, const char *where,
+                  const int64_t *cu, int64_t num_seqs) {
     const cake_plan *plan = cake_ctx_plan(ctx);
     tensors t = {.n = n, .rows = cake_ctx_local_rows(ctx), .pool = cake_ctx_pool_rows(ctx)};
     for (int i = 0; i < n; i++) {
@@ -236,26 +281,35 @@ static void trial(cake_ctx *ctx, uint64_t seed, int64_t C_choice[3], int n, cons
         snprintf(w2, sizeof w2, "%s, cooperative %d", where, coop);
         run_trial(ctx, plan, &t, seed, (cake_cooperative)coop, w2);
     }
+    compare_single_rank(plan, &t, seed, cu, num_seqs, where);
     for (int i = 0; i < n; i++) {
         free(t.x[i]); free(t.dy[i]); free(t.y[i]); free(t.dx[i]); free(t.hist[i]); free(t.w[i]); free(t.dw[i]);
         cudaFree(t.d_x[i]); cudaFree(t.d_dy[i]); cudaFree(t.d_hist[i]); cudaFree(t.d_w[i]);
     }
 }
 
-int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    int devices = 0, skip = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0, any_skip;
-    MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any_skip) {
-        if (rank_ == 0) printf("no CUDA device: skipped\n");
-        MPI_Finalize();
-        return 77;
-    }
-    const char *env = getenv("CAKE_TEST_SEED");
-    seed_ = env ? strtoull(env, NULL, 0) : 20261129u;
-    rng_state = seed_;
+/* Contexts over MPI (device buffers staged through pinned memory) or NCCL. Check mode on: a
+ * test that desynchronised the ranks would fail instead of hanging. */
+static cake_status make_mpi_ctx(void *comm, const cake_partition *part, cake_ctx **ctx) {
+    (void)comm;
+    cake_ctx_options opts = {0};
+    opts.check = 1;
+    opts.timeout_seconds = 120;
+    return cake_ctx_create_mpi(MPI_COMM_WORLD, part, &opts, ctx);
+}
+
+#ifdef CAKE_TEST_HAVE_NCCL
+static cake_status make_nccl_ctx(void *comm, const cake_partition *part, cake_ctx **ctx) {
+    cake_ctx_options opts = {0};
+    opts.check = 1;
+    opts.timeout_seconds = 120;
+    return cake_ctx_create_nccl((ncclComm_t)comm, part, &opts, ctx);
+}
+#endif
+
+/* Random cu_seqlens (short sequences and fragments included) and partitions of every kind. */
+static int run_trials(cake_status (*make_ctx)(void *, const cake_partition *, cake_ctx **),
+                      void *comm, const char *transport) {
     int trials = 0;
     for (int k = 0; k < 12; k++) {
         int64_t cu[64];
@@ -269,43 +323,52 @@ int main(int argc, char **argv) {
             continue;
         }
         cake_ctx *ctx;
-        cake_ctx_options opts = {0};
-        opts.check = 1; /* catches a test that desynchronises the ranks */
-        opts.timeout_seconds = 120;
-        if (cake_ctx_create_mpi(MPI_COMM_WORLD, part, &opts, &ctx) != CAKE_SUCCESS) {
-            fail("ctx: %s", cake_last_error());
+        if (make_ctx(comm, part, &ctx) != CAKE_SUCCESS) {
+            fail("%s ctx: %s", transport, cake_last_error());
         } else {
-            char where[96];
-            snprintf(where, sizeof where, "trial %d, partition kind %d, T %lld, n %d", k, kind,
-                     (long long)cu[num_seqs], n);
-            trial(ctx, seed_ + (uint64_t)k, C, n, where);
+            char where[128];
+            snprintf(where, sizeof where, "%s, trial %d, partition kind %d, T %lld, n %d",
+                     transport, k, kind, (long long)cu[num_seqs], n);
+            trial(ctx, seed_ + (uint64_t)k, C, n, where, cu, num_seqs);
             trials++;
             cake_ctx_destroy(ctx);
         }
         cake_partition_destroy(part);
     }
+    return trials;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    int devices = 0, skip = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0, any_skip;
+    MPI_Allreduce(&skip, &any_skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any_skip) {
+        if (rank_ == 0) printf("no CUDA device: skipped\n");
+        MPI_Finalize();
+        return 77;
+    }
+    cudaSetDevice(rank_ % devices); /* one GPU per rank where there are enough */
+    const char *env = getenv("CAKE_TEST_SEED");
+    seed_ = env ? strtoull(env, NULL, 0) : 20261129u;
+    rng_state = seed_;
+    int trials = run_trials(make_mpi_ctx, NULL, "MPI");
 #ifdef CAKE_TEST_HAVE_NCCL
-    if (size_ == 1) { /* NCCL needs one GPU per rank: the one-rank group here */
+    /* NCCL needs one GPU per rank: with fewer GPUs than ranks this part is skipped. */
+    if (devices >= size_) {
         ncclComm_t comm;
         ncclUniqueId id;
-        if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) {
-            fail("NCCL init failed");
+        if (rank_ == 0 && ncclGetUniqueId(&id) != ncclSuccess) fail("ncclGetUniqueId failed");
+        MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (ncclCommInitRank(&comm, size_, id, rank_) != ncclSuccess) {
+            fail("ncclCommInitRank failed");
         } else {
-            int64_t cu[] = {0, 5, 5, 300, 301, 1000};
-            cake_partition *part;
-            cake_ctx *ctx;
-            int64_t C[3] = {64, 8, 136};
-            if (cake_partition_create_contiguous(cu, 5, 1, &part) != CAKE_SUCCESS ||
-                cake_ctx_create_nccl(comm, part, NULL, &ctx) != CAKE_SUCCESS) {
-                fail("NCCL ctx: %s", cake_last_error());
-            } else {
-                trial(ctx, seed_ + 999, C, 3, "NCCL, one rank");
-                trials++;
-                cake_ctx_destroy(ctx);
-                cake_partition_destroy(part);
-            }
+            trials += run_trials(make_nccl_ctx, comm, "NCCL");
             ncclCommDestroy(comm);
         }
+    } else if (rank_ == 0) {
+        printf("NCCL part skipped: %d ranks, %d GPUs\n", size_, devices);
     }
 #endif
     int total = 0;
