@@ -24,6 +24,7 @@ test: build
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps
 	cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=Debug -DCAKE_WERROR=ON -DCAKE_BUILD_BENCH=OFF \
+	  -DCAKE_ENABLE_CUDA=OFF \
 	  -DCMAKE_C_FLAGS="$(SAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="$(SAN_FLAGS)" \
 	  -DCMAKE_SHARED_LINKER_FLAGS="$(SAN_FLAGS)" $(CMAKE_FLAGS)
 	cmake --build $(BUILD_SAN) -j $(JOBS)
