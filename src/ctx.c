@@ -92,6 +92,21 @@ cake_status cake_ctx_create(const cake_partition *partition, int rank,
     return CAKE_SUCCESS;
 }
 
+cake_status cake_ctx_create_owning(const cake_partition *partition, int rank, int size,
+                                   const cake_transport *transport,
+                                   const cake_ctx_options *options, cake_ctx **out) {
+    cake_status status = CAKE_SUCCESS;
+    if (!partition)
+        status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "partition: expected a pointer, got NULL");
+    else if (cake_partition_num_ranks(partition) != size)
+        status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                           "partition: expected %d ranks (the size of comm), got %d", size,
+                           cake_partition_num_ranks(partition));
+    if (status == CAKE_SUCCESS) status = cake_ctx_create(partition, rank, transport, options, out);
+    if (status != CAKE_SUCCESS) transport->release(transport->state);
+    return status;
+}
+
 const cake_plan *cake_ctx_plan(const cake_ctx *ctx) { return ctx ? ctx->plan : NULL; }
 int64_t cake_ctx_local_rows(const cake_ctx *ctx) { return ctx ? cake_plan_local_rows(ctx->plan) : 0; }
 int64_t cake_ctx_pool_rows(const cake_ctx *ctx) { return ctx ? cake_plan_pool_rows(ctx->plan) : 0; }

@@ -46,4 +46,11 @@ const cake_range *cake_partition_ranges(const cake_partition *partition, int ran
 
 const cake_fragment *cake_plan_fragments(const cake_plan *plan);
 
+/* cake_ctx_create for a transport made by the library over a communicator of `size` ranks:
+ * the partition must have that many ranks. Takes ownership of the transport (released here
+ * on failure). */
+cake_status cake_ctx_create_owning(const cake_partition *partition, int rank, int size,
+                                   const cake_transport *transport,
+                                   const cake_ctx_options *options, cake_ctx **out);
+
 #endif

@@ -136,14 +136,5 @@ cake_status cake_ctx_create_mpi(MPI_Comm comm, const cake_partition *partition,
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    cake_status status = CAKE_SUCCESS;
-    if (!partition)
-        status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "partition: expected a pointer, got NULL");
-    else if (cake_partition_num_ranks(partition) != size)
-        status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                           "partition: expected %d ranks (the size of comm), got %d", size,
-                           cake_partition_num_ranks(partition));
-    if (status == CAKE_SUCCESS) status = cake_ctx_create(partition, rank, &transport, options, out);
-    if (status != CAKE_SUCCESS) transport.release(transport.state);
-    return status;
+    return cake_ctx_create_owning(partition, rank, size, &transport, options, out);
 }

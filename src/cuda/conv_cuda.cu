@@ -274,10 +274,7 @@ extern "C" cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *p
     return CAKE_SUCCESS;
 }
 
-static cake_status check_call(const cake_cuda_plan *plan, cake_call_args *args,
-                              cake_cooperative cooperative) {
-    args->alignment = 16; /* 16-byte vector loads */
-    CAKE_CHECK(cake_check_call_args(args));
+extern "C" cake_status cake_cuda_check_cooperative(cake_cooperative cooperative) {
     if (cooperative != CAKE_COOPERATIVE_AUTO && cooperative != CAKE_COOPERATIVE_OFF &&
         cooperative != CAKE_COOPERATIVE_ON)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
@@ -287,15 +284,16 @@ static cake_status check_call(const cake_cuda_plan *plan, cake_call_args *args,
         return cake_fail(CAKE_ERROR_UNSUPPORTED,
                          "cooperative: True was asked for, but the current device cannot launch "
                          "cooperative kernels");
-    return cake_cuda_plan_check_device(plan);
+    return CAKE_SUCCESS;
 }
 
-extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,
-                                         const int64_t *channels, const cake_bf16 *const *x,
-                                         const float *const *w, const cake_bf16 *const *history,
-                                         cake_bf16 *const *y, cake_cooperative cooperative,
-                                         cudaStream_t stream) {
-    cake_clear_error();
+/* The arrays of a plan-level call, checked (16-byte alignment for the vector loads). */
+static cake_status check_call(const cake_cuda_plan *plan, int backward, int num_tensors,
+                              const int64_t *channels, const cake_bf16 *const *x,
+                              const float *const *w, const cake_bf16 *const *history,
+                              const cake_bf16 *const *dy, const cake_bf16 *const *future,
+                              cake_bf16 *const *y, cake_bf16 *const *dx, float *const *dw,
+                              cake_cooperative cooperative) {
     if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
     cake_call_args args;
     memset(&args, 0, sizeof args);
@@ -306,9 +304,27 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
     args.x = x;
     args.w = w;
     args.history = history;
+    args.dy = dy;
+    args.future = future;
     args.y = y;
-    CAKE_CHECK(check_call(plan, &args, cooperative));
-    if (args.rows == 0) return CAKE_SUCCESS;
+    args.dx = dx;
+    args.dw = dw;
+    args.backward = backward;
+    args.alignment = 16;
+    CAKE_CHECK(cake_check_call_args(&args));
+    CAKE_CHECK(cake_cuda_check_cooperative(cooperative));
+    return cake_cuda_plan_check_device(plan);
+}
+
+extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,
+                                         const int64_t *channels, const cake_bf16 *const *x,
+                                         const float *const *w, const cake_bf16 *const *history,
+                                         cake_bf16 *const *y, cake_cooperative cooperative,
+                                         cudaStream_t stream) {
+    cake_clear_error();
+    CAKE_CHECK(check_call(plan, 0, num_tensors, channels, x, w, history, NULL, NULL, y, NULL, NULL,
+                          cooperative));
+    if (cake_cuda_plan_rows(plan) == 0) return CAKE_SUCCESS;
     const int coop = pick_cooperative(cooperative);
     for (int first = 0; first < num_tensors; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
@@ -341,26 +357,13 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
                                           void *workspace, size_t workspace_bytes,
                                           cudaStream_t stream) {
     cake_clear_error();
-    if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
-    cake_call_args args;
-    memset(&args, 0, sizeof args);
-    args.num_tensors = num_tensors;
-    args.channels = channels;
-    args.rows = cake_cuda_plan_rows(plan);
-    args.pool_rows = 3 * cake_cuda_plan_num_fragments(plan);
-    args.x = x;
-    args.w = w;
-    args.history = history;
-    args.dy = dy;
-    args.future = future;
-    args.dx = dx;
-    args.dw = dw;
-    args.backward = 1;
-    CAKE_CHECK(check_call(plan, &args, cooperative));
+    CAKE_CHECK(check_call(plan, 1, num_tensors, channels, x, w, history, dy, future, NULL, dx, dw,
+                          cooperative));
+    const int64_t rows = cake_cuda_plan_rows(plan);
     if (workspace && (uintptr_t)workspace % 16 != 0)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                          "workspace: expected a 16-byte aligned device pointer, got %p", workspace);
-    if (args.rows == 0) { /* no rows: dw = +0.0 */
+    if (rows == 0) { /* no rows: dw = +0.0 */
         for (int i = 0; i < num_tensors; i++)
             CAKE_CUDA_CHECK(cudaMemsetAsync(dw[i], 0, sizeof(float) * 4 * (size_t)channels[i], stream),
                             "cudaMemsetAsync(dw)");
@@ -379,7 +382,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
     }
     const int coop = pick_cooperative(cooperative);
     int64_t roots;
-    const TreePlan tree = plan_tree((args.rows + kBlockRows - 1) / kBlockRows, &roots);
+    const TreePlan tree = plan_tree((rows + kBlockRows - 1) / kBlockRows, &roots);
     cake_status status = CAKE_SUCCESS;
     float *partials = (float *)workspace;
     for (int first = 0; first < num_tensors && status == CAKE_SUCCESS; first += kMaxTensors) {

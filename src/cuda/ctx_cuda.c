@@ -283,15 +283,7 @@ static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
     cake_call_args args = cake_call_args_of(ctx, call, backward);
     args.alignment = 16;
     CAKE_CHECK(cake_check_call_args(&args));
-    if (cooperative != CAKE_COOPERATIVE_AUTO && cooperative != CAKE_COOPERATIVE_OFF &&
-        cooperative != CAKE_COOPERATIVE_ON)
-        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                         "cooperative: expected CAKE_COOPERATIVE_AUTO, _OFF or _ON, got %d",
-                         (int)cooperative);
-    if (cooperative == CAKE_COOPERATIVE_ON && !cake_cuda_cooperative_supported())
-        return cake_fail(CAKE_ERROR_UNSUPPORTED,
-                         "cooperative: True was asked for, but the current device cannot launch "
-                         "cooperative kernels");
+    CAKE_CHECK(cake_cuda_check_cooperative(cooperative));
     device_state *st = NULL;
     CAKE_CHECK(state_of(ctx, &st));
     layout l;

@@ -29,6 +29,8 @@ const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan); /* device 
 /* Roots of every level of the dw tree for S_local rows (the backward workspace per channel
  * and tap). */
 int64_t cake_cuda_tree_roots(int64_t rows);
+/* cooperative must be one of the three values, and ON needs a device that supports it. */
+cake_status cake_cuda_check_cooperative(cake_cooperative cooperative);
 /* The current device must be the plan's. */
 cake_status cake_cuda_plan_check_device(const cake_cuda_plan *plan);
 #ifdef __cplusplus

@@ -151,16 +151,9 @@ cake_status cake_ctx_create_nccl(ncclComm_t comm, const cake_partition *partitio
     cake_transport transport;
     CAKE_CHECK(cake_nccl_transport_create(comm, &transport));
     int rank = 0, size = 0;
-    cake_status status = CAKE_SUCCESS;
-    if (ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &size) != ncclSuccess)
-        status = cake_fail(CAKE_ERROR_COMMUNICATION, "comm: cannot read its rank and size");
-    else if (!partition)
-        status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "partition: expected a pointer, got NULL");
-    else if (cake_partition_num_ranks(partition) != size)
-        status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                           "partition: expected %d ranks (the size of comm), got %d", size,
-                           cake_partition_num_ranks(partition));
-    if (status == CAKE_SUCCESS) status = cake_ctx_create(partition, rank, &transport, options, out);
-    if (status != CAKE_SUCCESS) transport.release(transport.state);
-    return status;
+    if (ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &size) != ncclSuccess) {
+        transport.release(transport.state);
+        return cake_fail(CAKE_ERROR_COMMUNICATION, "comm: cannot read its rank and size");
+    }
+    return cake_ctx_create_owning(partition, rank, size, &transport, options, out);
 }
