@@ -19,8 +19,10 @@
  *
  * Conventions. Every function returns a cake_status; on failure cake_last_error() holds a
  * sentence naming the argument, what was expected and what was given, and nothing was written to
- * any output. The message is per thread. Destroy functions accept NULL. Row counts and offsets
- * are int64_t throughout. Outputs never alias inputs (checked where it can be).
+ * any output. The message is per thread. Destroy functions accept NULL; getters given NULL
+ * return 0 (-1 for a rank). Row counts and offsets are int64_t throughout. Outputs never alias
+ * inputs (checked where it can be). Calls that return values rather than a status (getters,
+ * cake_cpu_isa_supported) never fail.
  */
 #ifndef CAKE_H
 #define CAKE_H
@@ -97,7 +99,8 @@ CAKE_API cake_status cake_partition_create_boundaries(const int64_t *cu_seqlens,
 CAKE_API cake_status cake_partition_create_zigzag(const int64_t *cu_seqlens, int64_t num_seqs,
                                                   int num_ranks, cake_partition **out);
 /* Explicit ranges: rank r holds range_counts[r] ranges, taken in order from `ranges` (rank 0's
- * first). Together they must cover [0, T) exactly once; empty ranges are allowed. */
+ * first). Together they must cover [0, T) exactly once; empty ranges [s, s) are allowed for any
+ * 0 <= s <= T. */
 CAKE_API cake_status cake_partition_create_ranges(const int64_t *cu_seqlens, int64_t num_seqs,
                                                   int num_ranks, const int64_t *range_counts,
                                                   const cake_range *ranges, cake_partition **out);
@@ -121,7 +124,8 @@ typedef struct cake_halo_row {
     int64_t global_row; /* -1: the row is +0.0 (before the sequence start / at or past its end) */
     int64_t local_row;  /* the row's index among its owner's local rows; -1 when global_row = -1 */
     int32_t rank;       /* owner; -1 when global_row = -1 */
-    int32_t is_local;   /* 1: the owner is this plan's rank, so the row is copied, not sent */
+    int32_t is_local;   /* 1: the owner is this plan's rank, so the row is copied, not sent;
+                           0 otherwise and when global_row = -1 */
 } cake_halo_row;
 
 /* A maximal run of local rows in one sequence, consecutive in global order (SPEC 2). */
@@ -151,7 +155,7 @@ CAKE_API cake_status cake_plan_fragment(const cake_plan *plan, int64_t index, ca
  *                             row is before the fragment's sequence start;
  *   future pool,  row 3f + j: dy at global row fragment(f).global_start + length + j, or +0.0
  *                             when that row is at or past the sequence end.
- * The pools may be NULL when pool_rows is 0 (no local rows).
+ * The pools may be NULL when pool_rows is 0 (no local rows). pool_rows = 3 * num_fragments.
  */
 CAKE_API int64_t cake_plan_pool_rows(const cake_plan *plan);
 
@@ -167,7 +171,8 @@ typedef enum cake_cpu_isa {
     CAKE_CPU_ISA_COUNT
 } cake_cpu_isa;
 
-/* 1 if this build and processor can run `isa`, else 0. Every path gives the same bits. */
+/* 1 if this build and processor can run `isa`, else 0 (a call forcing it then fails with
+ * CAKE_ERROR_UNSUPPORTED). Every path gives the same bits. */
 CAKE_API int cake_cpu_isa_supported(cake_cpu_isa isa);
 CAKE_API const char *cake_cpu_isa_name(cake_cpu_isa isa);
 /* The path a call with `isa` runs: CAKE_CPU_ISA_AUTO becomes the fastest supported one. */
@@ -182,8 +187,10 @@ typedef struct cake_cpu_options {
  * Multi-tensor calls. Tensor i of num_tensors has channels[i] channels (a positive multiple of
  * 8) and arrays x[i], y[i], dy[i], dx[i] of [S_local, channels[i]] bf16 with S_local =
  * cake_plan_local_rows(plan), contiguous; w[i] and dw[i] are [channels[i], 4] fp32 with w[c][3]
- * multiplying the current row. Row arrays may be NULL when S_local = 0. `options` may be NULL.
- * The result is bitwise the same as num_tensors single-tensor calls.
+ * multiplying the current row. Row arrays may be NULL when S_local = 0; w and dw never (dw is
+ * written, +0.0, even then). `options` may be NULL. The result is bitwise the same as
+ * num_tensors single-tensor calls. The pointer arrays are `const T *const *`: declare them as
+ * `const cake_bf16 *x[]` (C does not convert `cake_bf16 **` implicitly).
  */
 CAKE_API cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors,
                                       const int64_t *channels, const cake_bf16 *const *x,
