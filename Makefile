@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-.PHONY: all deps build test test-sanitize demo bench clean
+.PHONY: all deps build test test-c test-sanitize demo bench clean
 
 all: build
 
@@ -18,7 +18,11 @@ build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# Every test: the C library (CTest: cmocka, MPI under mpirun, GPU ones skip without a GPU), then
+# the PyTorch binding (pytest).
+test: test-c test-python
+
+test-c: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer.
@@ -44,4 +48,16 @@ bench: build
 	$(BUILD)/bench/bench_cpu
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN)
+	rm -rf $(BUILD) $(BUILD_SAN) build-python
+
+# The PyTorch binding (python/cake): Debian's CPU torch and pytest in a venv of /usr/bin/python3
+# (scripts/install-python-deps.sh), the package built and installed by `pip install .`, its
+# tests. The CUDA tests skip without a GPU.
+PY_VENV ?= build-python/venv
+PYTEST_FLAGS ?= -q --durations=15
+
+.PHONY: test-python
+test-python:
+	@scripts/install-python-deps.sh $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+	env -u CAKE_LIBRARY $(PY_VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_FLAGS) python/tests

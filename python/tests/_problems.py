@@ -1,0 +1,181 @@
+"""Random problems, partitions and references shared by the tests and their worker processes."""
+import ctypes
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cake
+from cake import _lib
+from cake._context import _build_partition
+
+
+class Problem:
+    """A global packed batch: cu_seqlens, n tensors (x, w, dy) and a partition for P ranks."""
+
+    def __init__(self, seed, world_size, max_rows=300, max_tensors=3, partition=None, cu=None):
+        rnd = random.Random(seed)
+        self.seed, self.world_size = seed, world_size
+        lengths = [] if cu is None else [b - a for a, b in zip(cu[:-1], cu[1:])]
+        total = rnd.randint(0, max_rows) if cu is None else sum(lengths)
+        while sum(lengths) < total:
+            kind = rnd.random()
+            n = 0 if kind < 0.15 else rnd.randint(1, 3) if kind < 0.4 else rnd.randint(4, 90)
+            lengths.append(min(n, total - sum(lengths)))
+        if cu is None and rnd.random() < 0.3:
+            lengths.insert(rnd.randint(0, len(lengths)), 0)  # an empty sequence somewhere
+        self.cu = [0]
+        for n in lengths:
+            self.cu.append(self.cu[-1] + n)
+        self.T = self.cu[-1]
+        count = rnd.randint(1, max_tensors)
+        self.channels = [8 * rnd.randint(1, 5) for _ in range(count)]
+        g = torch.Generator().manual_seed(seed)
+        self.xs = [(torch.randn(self.T, c, generator=g) * 2).to(torch.bfloat16)
+                   for c in self.channels]
+        self.ws = [torch.rand(c, 4, generator=g) - 0.5 for c in self.channels]
+        self.dys = [torch.randn(self.T, c, generator=g).to(torch.bfloat16) for c in self.channels]
+        self.partition = partition if partition is not None else \
+            random_partition(rnd, self.T, world_size)
+
+    def __repr__(self):
+        return (f"Problem(seed={self.seed}, P={self.world_size}, T={self.T}, "
+                f"seqs={len(self.cu) - 1}, channels={self.channels}, partition={self.partition})")
+
+
+def random_partition(rnd, T, P):
+    kind = rnd.choice(["contiguous", "zigzag", "boundaries", "ranges", "ranges"])
+    if kind in ("contiguous", "zigzag"):
+        return kind
+    if kind == "boundaries":
+        return [0] + sorted(rnd.randint(0, T) for _ in range(P - 1)) + [T]
+    cuts = sorted(rnd.randint(0, T) for _ in range(rnd.randint(P, 3 * P)))
+    pieces = [(a, b) for a, b in zip([0] + cuts, cuts + [T])]  # some may be empty
+    owners = [rnd.randrange(P) for _ in pieces]
+    ranges = [[] for _ in range(P)]
+    for piece, owner in zip(pieces, owners):
+        ranges[owner].append(piece)
+    for r in ranges:
+        rnd.shuffle(r)
+    return ranges
+
+
+def run_op(ctx, xs, ws, dys, multi, handle=None, cooperative=None):
+    """Forward and backward of one call (multi) or of n single calls: (ys, dxs, dws)."""
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    ws = [w.detach().clone().requires_grad_() for w in ws]
+    if multi:
+        ys = cake.cake_causal_conv1d_det_multi_kcp(xs, ws, ctx, recompute_handle=handle,
+                                                   cooperative=cooperative)
+    else:
+        ys = [cake.cake_causal_conv1d_det_kcp(x, w, ctx, recompute_handle=handle,
+                                              cooperative=cooperative) for x, w in zip(xs, ws)]
+    torch.autograd.backward(list(ys), [dy.to(x.device) for dy, x in zip(dys, xs)])
+    return ([y.detach() for y in ys], [x.grad for x in xs], [w.grad for w in ws])
+
+
+def reference64(cu, x, w, dy):
+    """Float64 PyTorch reference (conv1d per sequence) and the matching bounds of |terms|:
+    (y, dx, dw, |y| terms, |dx| terms, |dw| terms)."""
+    def conv(xx, ww):
+        out = xx * 0.0 + ww.sum() * 0.0  # in the graph even with no sequence
+        for a, b in zip(cu[:-1], cu[1:]):
+            if b > a:
+                seg = F.pad(xx[a:b].t()[None], (3, 0))
+                out[a:b] = F.conv1d(seg, ww[:, None, :], groups=xx.shape[1])[0].t()
+        return out
+
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    y64 = conv(x64, w64)
+    y64.backward(dy.double())
+    ax, aw = x.double().abs().requires_grad_(), w.double().abs().requires_grad_()
+    ay = conv(ax, aw)
+    ay.backward(dy.double().abs())
+    return y64.detach(), x64.grad, w64.grad, ay.detach(), ax.grad, aw.grad
+
+
+def assert_close64(name, got, ref, abs_terms, rel, abs_rel):
+    """|got - ref| <= rel * |ref| + abs_rel * abs_terms (+ the smallest subnormal)."""
+    err = (got.double() - ref).abs()
+    bound = rel * ref.abs() + abs_rel * abs_terms + 1e-40
+    bad = err > bound
+    assert not bad.any(), (f"{name}: {int(bad.sum())} elements off, worst error "
+                           f"{float((err - bound).max())} past the bound")
+
+
+def rank_reference(problem, rank):
+    """What rank `rank` must produce, bitwise, from the C kernels with pools filled straight from
+    the global tensors (no exchange): (global rows, ys, dxs, dws)."""
+    lib = _lib.get()
+    part, _ = _build_partition(lib, problem.cu, problem.world_size, problem.partition)
+    plan = ctypes.c_void_p()
+    try:
+        _lib.check(lib.c.cake_plan_create(part, rank, ctypes.byref(plan)))
+        rows, hist, fut = [], [], []
+        frag = _lib.Fragment()
+        for f in range(lib.c.cake_plan_num_fragments(plan)):
+            _lib.check(lib.c.cake_plan_fragment(plan, f, ctypes.byref(frag)))
+            rows += range(frag.global_start, frag.global_start + frag.length)
+            hist += [h.global_row for h in frag.history]
+            fut += [h.global_row for h in frag.future]
+        rows = torch.tensor(rows, dtype=torch.int64)
+
+        def pool(t, idx):
+            out = torch.zeros(len(idx), t.shape[1], dtype=t.dtype)
+            for i, g in enumerate(idx):
+                if g >= 0:
+                    out[i] = t[g]
+            return out
+
+        n = len(problem.channels)
+        xs = [x[rows].contiguous() for x in problem.xs]
+        dys = [dy[rows].contiguous() for dy in problem.dys]
+        hs = [pool(x, hist) for x in problem.xs]
+        fs = [pool(dy, fut) for dy in problem.dys]
+        ys = [torch.empty_like(x) for x in xs]
+        dxs = [torch.empty_like(x) for x in xs]
+        dws = [torch.empty_like(w) for w in problem.ws]
+        P = _lib.pointer_array
+        ptr = lambda ts: P([t.data_ptr() for t in ts])  # noqa: E731
+        ch = _lib.int64_array(problem.channels)
+        _lib.check(lib.c.cake_cpu_forward(plan, n, ch, ptr(xs), ptr(problem.ws), ptr(hs),
+                                          ptr(ys), None))
+        _lib.check(lib.c.cake_cpu_backward(plan, n, ch, ptr(xs), ptr(problem.ws), ptr(hs),
+                                           ptr(dys), ptr(fs), ptr(dxs), ptr(dws), None))
+        return rows, ys, dxs, dws
+    finally:
+        lib.c.cake_plan_destroy(plan)
+        lib.c.cake_partition_destroy(part)
+
+
+def bits(t):
+    """The bit patterns of a tensor, so that equality is bitwise (-0.0 != +0.0, NaN == NaN)."""
+    t = t.detach().cpu().contiguous()
+    return t.view({torch.bfloat16: torch.int16, torch.float32: torch.int32}[t.dtype])
+
+
+def assert_bitwise(name, got, expected):
+    assert got.shape == expected.shape, f"{name}: shape {list(got.shape)} != " \
+                                        f"{list(expected.shape)}"
+    a, b = bits(got), bits(expected)
+    if not torch.equal(a, b):
+        diff = int((a != b).sum())
+        raise AssertionError(f"{name}: {diff} of {a.numel()} elements differ bitwise")
+
+
+def assert_workers_ok(results):
+    for r, res in enumerate(results):
+        if isinstance(res, dict) and "worker_error" in res:
+            pytest.fail(f"rank {r} failed:\n{res['worker_error']}", pytrace=False)
+
+
+def cuda_ready():
+    if not torch.cuda.is_available():
+        return False
+    from cake import _lib
+    try:
+        return _lib.get().has_cuda
+    except ImportError:
+        return False
