@@ -64,6 +64,7 @@ void fz_handle_op(fz_reader *r, handle_model *handles) {
         if (null_data && bytes > 0) names[count++] = "data";
         const cake_status st = cake_recompute_handle_set(h, key, null_data ? NULL : payload, bytes);
         if (count) {
+            for (int i = 0; i < count; i++) fz_count("cake_recompute_handle_set: bad %s", names[i]);
             fz_expect_failure("cake_recompute_handle_set", st, invalid, names, count);
         } else {
             FZ_CHECK(st == CAKE_SUCCESS, "set(\"%s\", %zu bytes): %s", key, bytes, cake_last_error());
@@ -83,6 +84,7 @@ void fz_handle_op(fz_reader *r, handle_model *handles) {
         const cake_status st = cake_recompute_handle_get(h, key, null_out == 1 ? NULL : &data,
                                                          null_out == 2 ? NULL : &bytes);
         if (count) {
+            for (int i = 0; i < count; i++) fz_count("cake_recompute_handle_get: bad %s", names[i]);
             fz_expect_failure("cake_recompute_handle_get", st, invalid, names, count);
             FZ_CHECK(data == sentinel && bytes == 12345, "get wrote its outputs on failure");
         } else {
@@ -96,6 +98,7 @@ void fz_handle_op(fz_reader *r, handle_model *handles) {
         if (k != KEY_CONV && k != KEY_NULL && !m->present[k]) names[count++] = "key";
         const cake_status st = cake_recompute_handle_erase(h, key);
         if (count) {
+            for (int i = 0; i < count; i++) fz_count("cake_recompute_handle_erase: bad %s", names[i]);
             fz_expect_failure("cake_recompute_handle_erase", st, invalid, names, count);
         } else {
             FZ_CHECK(st == CAKE_SUCCESS, "erase(\"%s\"): %s", key, cake_last_error());
@@ -151,12 +154,14 @@ void fz_ctx_create_op(fz_reader *r, const cake_partition *part) {
                                            (o & 0x80) && count == 0 ? NULL : &opt,
                                            b % 10 == 6 ? NULL : &ctx);
     if (count) {
+        for (int i = 0; i < count; i++) fz_count("cake_ctx_create: bad %s", names[i]);
         fz_expect_failure("cake_ctx_create", st, 1u << CAKE_ERROR_INVALID_ARGUMENT, names, count);
         FZ_CHECK(ctx == sentinel, "cake_ctx_create wrote *out on failure");
         FZ_CHECK(fz_releases == before, "cake_ctx_create released the transport on failure");
         return;
     }
     FZ_CHECK(st == CAKE_SUCCESS && ctx != sentinel, "cake_ctx_create: %s", cake_last_error());
+    fz_count("cake_ctx_create: valid");
     FZ_CHECK(cake_ctx_local_rows(ctx) == cake_partition_total_rows(part), "ctx local rows");
     cake_ctx_destroy(ctx);
     FZ_CHECK(fz_releases == before + 1, "cake_ctx_destroy released the transport %d times",

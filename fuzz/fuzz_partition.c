@@ -4,6 +4,7 @@
  * argument and *out untouched; valid ones must give the model's ranges, fragments and halo rows
  * on every rank. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +12,10 @@
 #include "fuzz_util.h"
 
 enum { KIND_CONTIGUOUS, KIND_BOUNDARIES, KIND_ZIGZAG, KIND_RANGES };
-/* Bounds that keep one input under ~64 MB and a few hundred ms; beyond them only calls that must
- * fail on a scalar argument (before any array is read) are made. */
-enum { MAX_SEQS = 4096, MAX_RANKS_SPLIT = 1 << 17, MAX_RANKS_ARRAYS = 1 << 12, MAX_RANGES = 4096 };
+/* Bounds that keep one input well under 64 MB and 10 ms (every rank is planned and checked);
+ * beyond them only calls that must fail on a scalar argument (before any array is read) are
+ * made. */
+enum { MAX_SEQS = 4096, MAX_RANKS_SPLIT = 1 << 12, MAX_RANKS_ARRAYS = 1 << 10, MAX_RANGES = 4096 };
 
 typedef struct input {
     int kind, P;
@@ -167,7 +169,16 @@ static void check_tiling(const cake_partition *part, int P, int64_t T) {
 /* Queries with bad ranks and indices fail and leave their outputs alone. */
 static void check_bad_queries(fz_reader *r, const cake_partition *part, int P) {
     const int rank = (fz_u8(r) & 1) ? fz_hostile_int(r) : (fz_u8(r) & 1 ? -1 : P);
+    /* Getters given NULL return 0 (-1 for a rank); destroy functions accept NULL. */
+    FZ_CHECK(cake_partition_num_ranks(NULL) == 0 && cake_partition_total_rows(NULL) == 0 &&
+                 cake_partition_num_seqs(NULL) == 0 && cake_plan_rank(NULL) == -1 &&
+                 cake_plan_local_rows(NULL) == 0 && cake_plan_num_fragments(NULL) == 0 &&
+                 cake_plan_pool_rows(NULL) == 0,
+             "a getter given NULL did not return 0 (-1 for the rank)");
+    cake_partition_destroy(NULL);
+    cake_plan_destroy(NULL);
     if (rank >= 0 && rank < P) return;
+    fz_count("cake_partition_local_rows, cake_plan_create, cake_plan_fragment: bad rank, index");
     static const char *const rank_name[] = {"rank"};
     int64_t rows = 0x5a5a;
     fz_expect_failure("cake_partition_local_rows", cake_partition_local_rows(part, rank, &rows),
@@ -240,6 +251,28 @@ static void free_input(input *in) {
     free(in->ranges);
 }
 
+static void print_input(const input *in) {
+    static const char *const kinds[] = {"contiguous", "boundaries", "zigzag", "ranges"};
+    fprintf(stderr, "%s: P %d, num_seqs %" PRId64 "%s%s%s, cu_seqlens", kinds[in->kind], in->P,
+            in->num_seqs, in->null_cu ? ", cu NULL" : "", in->null_out ? ", out NULL" : "",
+            in->null_array ? ", array NULL" : "");
+    for (int64_t i = 0; i <= in->num_seqs && i < 64; i++) fprintf(stderr, " %" PRId64, in->cu[i]);
+    if (in->boundaries) {
+        fprintf(stderr, "\n  boundaries");
+        for (int k = 0; k <= in->P && k < 64; k++) fprintf(stderr, " %" PRId64, in->boundaries[k]);
+    }
+    if (in->counts) {
+        fprintf(stderr, "\n  range_counts");
+        for (int k = 0; k < in->P && k < 64; k++) fprintf(stderr, " %" PRId64, in->counts[k]);
+        fprintf(stderr, "\n  ranges");
+        for (int64_t k = 0; k < in->num_ranges && k < 64; k++)
+            fprintf(stderr, " [%" PRId64 ", %" PRId64 ")", in->ranges[k].start, in->ranges[k].end);
+    }
+    fprintf(stderr, "\n  expected: %s", in->num_names ? "failure naming" : "success");
+    for (int k = 0; k < in->num_names; k++) fprintf(stderr, " %s", in->names[k]);
+    fputc('\n', stderr);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_reader r = {data, size, 0};
     input in = {0};
@@ -285,6 +318,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         else bad(&in, "ranges");
     }
 
+    if (fz_verbose()) print_input(&in);
     int64_t dummy[2] = {0, 0};
     cake_partition *sentinel = (cake_partition *)dummy, *part = sentinel;
     cake_partition **out = in.null_out ? NULL : &part;
@@ -306,11 +340,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                           in.null_array == 2 ? NULL : ranges, out);
         break;
     }
+    static const char *const kinds[] = {"contiguous", "boundaries", "zigzag", "ranges"};
+    if (fz_verbose()) fprintf(stderr, "  -> %s: %s\n", cake_status_string(st), cake_last_error());
     if (in.num_names > 0) {
+        for (int k = 0; k < in.num_names; k++)
+            fz_count("cake_partition_create_%s: bad %s", kinds[in.kind], in.names[k]);
         fz_expect_failure("cake_partition_create", st, 1u << CAKE_ERROR_INVALID_ARGUMENT, in.names,
                           in.num_names);
         FZ_CHECK(part == sentinel, "cake_partition_create wrote *out on failure");
     } else {
+        fz_count("cake_partition_create_%s: valid, T %s, P %s", kinds[in.kind],
+                 in.T > ((int64_t)1 << 32) ? "> 2^32" : "<= 2^32", in.P > 8 ? "> 8" : "<= 8");
         FZ_CHECK(st == CAKE_SUCCESS, "kind %d, P %d, T %" PRId64 ": valid arguments rejected: %s",
                  in.kind, in.P, in.T, cake_last_error());
         FZ_CHECK(part != sentinel && part != NULL, "cake_partition_create: no partition");

@@ -128,6 +128,8 @@ static void run_single_rank(fz_reader *r, const problem *pb) {
     }
     int64_t *l2g = fz_malloc(sizeof(int64_t) * (size_t)pb->T);
     for (int64_t g = 0; g < pb->T; g++) l2g[g] = g;
+    fz_count("cake_cpu_{forward,backward}_single_rank: valid, %s, %s", cake_cpu_isa_name(opt.isa),
+             one_by_one ? "one tensor per call" : "all tensors in one call");
     for (int i = 0; i < pb->n; i++) {
         check_rank("single rank", pb, i, l2g, pb->T, y[i], dx[i], dw[i]);
         free(y[i]);
@@ -138,20 +140,20 @@ static void run_single_rank(fz_reader *r, const problem *pb) {
 }
 
 /* A valid random partition of [0, T) and the library's copy of it. */
-static void random_partition(fz_reader *r, const problem *pb, fz_layout *l, cake_partition **part) {
+static int random_partition(fz_reader *r, const problem *pb, fz_layout *l, cake_partition **part) {
     const int P = 1 + fz_u8(r) % 4, kind = fz_u8(r) % 4;
     const int64_t T = pb->T;
     if (kind == 0) {
         fz_layout_contiguous(l, pb->cu, pb->num_seqs, P);
         FZ_CHECK(cake_partition_create_contiguous(pb->cu, pb->num_seqs, P, part) == CAKE_SUCCESS,
                  "contiguous: %s", cake_last_error());
-        return;
+        return kind;
     }
     if (kind == 1) {
         fz_layout_zigzag(l, pb->cu, pb->num_seqs, P);
         FZ_CHECK(cake_partition_create_zigzag(pb->cu, pb->num_seqs, P, part) == CAKE_SUCCESS,
                  "zigzag: %s", cake_last_error());
-        return;
+        return kind;
     }
     /* boundaries (one range per rank, in order) or ranges (K pieces, owners and order random) */
     const int64_t K = kind == 2 ? P : P + fz_u8(r) % (2 * P + 1);
@@ -184,13 +186,16 @@ static void random_partition(fz_reader *r, const problem *pb, fz_layout *l, cake
         FZ_CHECK(cake_partition_create_ranges(pb->cu, pb->num_seqs, P, counts, ranges, part) ==
                      CAKE_SUCCESS, "ranges: %s", cake_last_error());
     }
+    return kind;
 }
 
 /* Every rank: local rows gathered, pools from global data, the CPU kernels, the reference. */
 static void run_partition(fz_reader *r, const problem *pb) {
     fz_layout l;
     cake_partition *part;
-    random_partition(r, pb, &l, &part);
+    const int kind = random_partition(r, pb, &l, &part);
+    static const char *const kinds[] = {"contiguous", "zigzag", "boundaries", "ranges"};
+    fz_count("cake_cpu_{forward,backward} on every rank: valid, %s, P %d", kinds[kind], l.P);
     for (int q = 0; q < l.P; q++) {
         cake_plan *plan;
         FZ_CHECK(cake_plan_create(part, q, &plan) == CAKE_SUCCESS, "plan: %s", cake_last_error());

@@ -51,6 +51,45 @@ int64_t fz_sat_add(int64_t a, int64_t b) {
     return b > 0 ? INT64_MAX : INT64_MIN;
 }
 
+int fz_verbose(void) {
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("FUZZ_VERBOSE") != NULL;
+    return verbose;
+}
+
+enum { MAX_CLASSES = 256 };
+static struct { char *key; long long count; } classes[MAX_CLASSES];
+static int num_classes;
+
+static int by_key(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void print_counts(void) {
+    qsort(classes, (size_t)num_classes, sizeof classes[0], by_key);
+    for (int i = 0; i < num_classes; i++)
+        fprintf(stderr, "fuzz-stats: %12lld  %s\n", classes[i].count, classes[i].key);
+}
+
+void fz_count(const char *fmt, ...) {
+    static int enabled = -1;
+    if (enabled < 0 && (enabled = getenv("FUZZ_STATS") != NULL)) atexit(print_counts);
+    if (!enabled) return;
+    char key[160];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(key, sizeof key, fmt, args);
+    va_end(args);
+    for (int i = 0; i < num_classes; i++)
+        if (strcmp(classes[i].key, key) == 0) {
+            classes[i].count++;
+            return;
+        }
+    if (num_classes == MAX_CLASSES) return;
+    classes[num_classes].key = strdup(key);
+    classes[num_classes++].count = 1;
+}
+
 void fz_fail(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);

@@ -32,6 +32,13 @@ int fz_hostile_int(fz_reader *r);
 /* a + b, saturated at INT64_MAX / INT64_MIN. */
 int64_t fz_sat_add(int64_t a, int64_t b);
 
+/* 1 when $FUZZ_VERBOSE is set: harnesses then print each decoded call (to read a reproducer). */
+int fz_verbose(void);
+
+/* With $FUZZ_STATS set, counts one case of a class ("<call>: <argument>"); the counts are printed
+ * to stderr at exit, for docs/RELIABILITY.md. printf-style. */
+void fz_count(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Failed checks print what broke and abort: libFuzzer reports a crash and keeps the input. */
 void fz_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 #define FZ_CHECK(cond, ...)                                                                      \

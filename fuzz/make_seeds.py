@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus of the harnesses: fuzz/corpus/<harness>/seed-<class>, one
-small file per class of input that fuzz/RELIABILITY's table names, in each harness's byte format
-(see the decoders in fuzz_partition.c, fuzz_args.c and fuzz_single_rank.c). Files named
-regression-* are crash reproducers and are left alone. Run it after changing a decoder:
+small file per class of input that docs/RELIABILITY.md's table names, in each harness's byte
+format (see the decoders in fuzz_partition.c, fuzz_args.c and fuzz_single_rank.c), and the
+hand-made regression-* reproducers of fuzz_args. Other regression-* files are the fuzzer's own
+crash inputs and are left alone. Run it after changing a decoder:
     python3 fuzz/make_seeds.py
 """
 import os
@@ -12,17 +13,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # fz_hostile_i64: byte b < 32 picks hostile[b] (b + 32: the same, rounded down to a multiple of 8)
 H_ZERO, H_ONE, H_MINUS1, H_12, H_MINUS8 = 0, 1, 2, 8, 10
-H_I64_MIN, H_I64_MAX, H_I64_MAX_2 = 12, 14, 16
+H_I64_MIN, H_I64_MAX, H_I64_MAX_2, H_2_32 = 12, 14, 16, 21
 H_2_59, H_2_60, H_2_61, H_2_62 = 23, 25, 27, 28
 H_MUL8 = 32  # add to an index for the multiple-of-8 version
 # fz_hostile_int: byte b < 12 picks {0, -1, 1, 2, INT32_MIN, INT32_MAX, INT32_MAX - 1, 2^16, ...}
-I_ZERO, I_MINUS1, I_INT_MIN, I_INT_MAX, I_2_16, I_2_20 = 0, 1, 4, 5, 7, 8
+I_ZERO, I_MINUS1, I_INT_MIN, I_INT_MAX, I_2_16, I_2_20, I_4096 = 0, 1, 4, 5, 7, 8, 11
 
 
-def write(harness, name, data):
+def write(harness, name, data, prefix="seed-"):
     d = os.path.join(HERE, "corpus", harness)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "seed-" + name), "wb") as f:
+    with open(os.path.join(d, prefix + name), "wb") as f:
         f.write(bytes(data))
 
 
@@ -51,7 +52,8 @@ def partition_seeds():
         s[kname + "-p3"] = [kind, 0] + ranks(3) + cu + [1, 0, 1, 0]
         s[kname + "-p8-tiny"] = [kind, 0] + ranks(8) + seqs(1, 2, 1) + [0] * 4
         s[kname + "-empty-t0"] = [kind, 0] + ranks(4) + seqs() + [0] * 4
-        s[kname + "-many-ranks"] = [kind, 0, 240, I_2_16] + cu + [0] * 4
+        s[kname + "-many-ranks"] = [kind, 0, 240, I_4096] + cu + [0] * 4
+        s[kname + "-ranks-2-16-bad-cu"] = [kind, F_CU0, 240, I_2_16] + cu[:1] + [H_ONE] + cu[1:]
         s[kname + "-ranks-int-max-bad-cu"] = [kind, 0, 240, I_INT_MAX] + seqs(5, 0) + [216]
         s[kname + "-ranks-zero"] = [kind, 0, 240, I_ZERO] + cu
         s[kname + "-ranks-negative"] = [kind, 0, 240, I_MINUS1] + cu
@@ -86,8 +88,9 @@ def partition_seeds():
     s["ranges-count-overflow"] = [RANGES, 0] + ranks(2) + cu + [224, H_I64_MAX, 224, H_I64_MAX]
     s["ranges-counts-null"] = [RANGES, F_NULL_ARRAY1] + ranks(2) + cu + [1, 1]
     s["ranges-null"] = [RANGES, F_NULL_ARRAY2] + ranks(2) + cu + [1, 1]
+    # T = INT64_MAX, rank 0 holds [0, T) twice: its row count overflows before the overlap shows
     s["ranges-huge-t-overlap"] = [RANGES, 0] + ranks(1) + [1, 240, H_I64_MAX] + [2, 0, 0, 1,
-                                                                                0, 1, 64]
+                                                                                1, 0, 65]
     for name, data in s.items():
         write("fuzz_partition", name, data)
 
@@ -168,6 +171,12 @@ def args_seeds():
         s["ctx-create-" + name] = world() + [CTX_CREATE, case, 0] + extra
     for name, data in s.items():
         write("fuzz_args", name, data)
+    # Reproducers of bugs the fuzzer found, rewritten by hand to their smallest form (the
+    # partition ones are the fuzzer's own files). tests/test_regressions.c replays each.
+    write("fuzz_args", "weight-bytes-overflow", s["channels-huge-empty"], "regression-")
+    write("fuzz_args", "single-rank-pool-overflow", s["channels-overflow-rows"], "regression-")
+    write("fuzz_args", "single-rank-allocates-before-checks",
+          world() + tensor(SR_FWD, (("h", H_2_32),), muts=[[M_NULL_ARRAY, A_X, 0]]), "regression-")
 
 
 # ---- fuzz_single_rank ----------------------------------------------------------------------------

@@ -62,16 +62,16 @@ for h in "${HARNESSES[@]}"; do
   log="$WORK/$h.log"
   start=$SECONDS
   # -timeout: one input may not take longer (the partition harness plans up to 2^17 ranks).
-  # The subshell keeps bash's own "Aborted" line in the log.
+  # The subshell waits for the harness, so bash's own "Aborted" line goes to the log too.
   if ("$BUILD/fuzz/$h" "$corpus" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
-      -print_final_stats=1 -artifact_prefix="$WORK/artifacts/$h/") >"$log" 2>&1; then
+      -print_final_stats=1 -artifact_prefix="$WORK/artifacts/$h/"; exit $?) >"$log" 2>&1; then
     status=ok
   else
     status=FAILED
     failed=1
   fi
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1)
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 || true)
+  cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -1 || true)
   line="$h: $status, ${execs:-?} executions in $((SECONDS - start))s, ${cov:-cov: ?}, corpus $(ls "$corpus" | wc -l) inputs"
   summary+=("$line")
   echo "run-fuzzers: $line"

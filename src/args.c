@@ -11,6 +11,8 @@ typedef struct span {
     uintptr_t begin, end; /* bytes [begin, end) */
 } span;
 
+/* Every size the library derives from a channel count must fit: rows (or pool rows) of C
+ * elements as fp32 and bf16 bytes, weights as 16 bytes a channel. */
 static cake_status check_channels(int n, const int64_t *channels, int64_t rows) {
     if (!channels)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "channels: expected a pointer, got NULL");
@@ -21,7 +23,7 @@ static cake_status check_channels(int n, const int64_t *channels, int64_t rows) 
                              "channels[%d]: expected a positive multiple of 8, got %lld", i,
                              (long long)channels[i]);
         if (!cake_mul_fits(rows, channels[i], &elements) ||
-            !cake_mul_fits(elements, 4, &elements))
+            !cake_mul_fits(elements, 8, &elements) || !cake_mul_fits(channels[i], 16, &elements))
             return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                              "channels[%d]: %lld rows of %lld channels overflow 64-bit sizes", i,
                              (long long)rows, (long long)channels[i]);
@@ -72,7 +74,8 @@ static cake_status check_aliasing(const cake_call_args *a) {
         const int64_t w_bytes = a->channels[i] * 16;
         add_span(spans, &count, "x", i, 0, a->x[i], rows_bytes);
         add_span(spans, &count, "w", i, 0, a->w[i], w_bytes);
-        add_span(spans, &count, "history", i, a->history_is_output, a->history[i], pool_bytes);
+        if (!a->history_is_internal)
+            add_span(spans, &count, "history", i, a->history_is_output, a->history[i], pool_bytes);
         if (a->backward) {
             add_span(spans, &count, "dy", i, 0, a->dy[i], rows_bytes);
             if (!a->future_is_internal)
@@ -104,11 +107,12 @@ cake_status cake_check_call_args(const cake_call_args *a) {
     const int n = a->num_tensors;
     if (n < 1)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "num_tensors: expected >= 1, got %d", n);
-    CAKE_CHECK(check_channels(n, a->channels, a->rows));
+    CAKE_CHECK(check_channels(n, a->channels, a->rows > a->pool_rows ? a->rows : a->pool_rows));
     const int al = a->alignment;
     CAKE_CHECK(check_array("x", (const void *const *)a->x, n, a->rows, al));
     CAKE_CHECK(check_array("w", (const void *const *)a->w, n, -1, al));
-    CAKE_CHECK(check_array("history", (const void *const *)a->history, n, a->pool_rows, al));
+    if (!a->history_is_internal)
+        CAKE_CHECK(check_array("history", (const void *const *)a->history, n, a->pool_rows, al));
     if (a->backward) {
         CAKE_CHECK(check_array("dy", (const void *const *)a->dy, n, a->rows, al));
         if (!a->future_is_internal)

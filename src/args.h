@@ -22,6 +22,7 @@ typedef struct cake_call_args {
     int backward;           /* 1: dy, future, dx, dw are required */
     int history_is_output;  /* the CP forward fills the history pools */
     int future_is_internal; /* the CP backward makes its own future pools */
+    int history_is_internal; /* the single-rank calls make their own history pools */
     int alignment;          /* bytes every array must be aligned to (GPU: 16); 0: any */
 } cake_call_args;
 

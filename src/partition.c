@@ -90,19 +90,25 @@ static cake_status build_owner_index(cake_partition *p) {
                          (long long)total);
     }
     int64_t n = 0;
-    for (int r = 0; r < p->num_ranks; r++) {
+    cake_status status = CAKE_SUCCESS;
+    for (int r = 0; r < p->num_ranks && status == CAKE_SUCCESS; r++) {
         int64_t local = 0;
         for (int64_t i = p->range_offset[r]; i < p->range_offset[r + 1]; i++) {
             range_local_start[i] = local;
             range_rank[i] = r;
-            local += p->ranges[i].end - p->ranges[i].start;
+            /* Disjoint ranges of [0, T) cannot sum past T: an overflow means overlaps. */
+            if (__builtin_add_overflow(local, p->ranges[i].end - p->ranges[i].start, &local)) {
+                status = cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                                   "ranges: expected to cover [0, %lld) exactly once, but rank %d's "
+                                   "ranges hold more rows than that", (long long)p->total_rows, r);
+                break;
+            }
             if (p->ranges[i].end > p->ranges[i].start)
                 entries[n++] = (sort_entry){p->ranges[i].start, p->ranges[i].end, i};
         }
         p->local_rows[r] = local;
     }
     qsort(entries, (size_t)n, sizeof *entries, compare_start);
-    cake_status status = CAKE_SUCCESS;
     int64_t covered = 0;
     for (int64_t k = 0; k < n && status == CAKE_SUCCESS; k++) {
         if (entries[k].start > covered)

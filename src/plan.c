@@ -95,7 +95,10 @@ cake_status cake_plan_create(const cake_partition *partition, int rank, cake_pla
         for (int j = 0; j < CAKE_HALO_ROWS; j++) {
             frag->history[j] = halo_row(partition, rank, frag->global_start - CAKE_HALO_ROWS + j,
                                         frag->seq_start, frag->seq_end);
-            frag->future[j] = halo_row(partition, rank, end + j, frag->seq_start, frag->seq_end);
+            /* end + j only when it is inside the sequence (it could overflow near INT64_MAX). */
+            frag->future[j] = j < frag->seq_end - end
+                                  ? halo_row(partition, rank, end + j, frag->seq_start, frag->seq_end)
+                                  : (cake_halo_row){-1, -1, -1, 0};
         }
     }
     *out = plan;
