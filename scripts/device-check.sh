@@ -47,13 +47,13 @@ if [ "$mode" = full ]; then
 fi
 
 # Kernel variants (compile-time knobs), cake only, for tuning:
-# VARIANTS="STAGES:BACKWARD_MIN_BLOCKS:FORWARD_ROWS ..."
+# VARIANTS="FORWARD_STAGES:BACKWARD_STAGES:BACKWARD_MIN_BLOCKS:FORWARD_ROWS ..."
 for v in ${VARIANTS:-}; do
-  IFS=: read -r stages minb rows <<< "$v"
-  step "variant: stages $stages, backward min blocks $minb, forward rows $rows"
-  dir="build-var-$stages-$minb-$rows"
+  IFS=: read -r fstages bstages minb rows <<< "$v"
+  step "variant: stages $fstages/$bstages, backward min blocks $minb, forward rows $rows"
+  dir="build-var-$fstages-$bstages-$minb-$rows"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DCAKE_BUILD_BENCH=OFF \
-    -DCMAKE_CUDA_FLAGS="-DCAKE_CUDA_STAGES=$stages -DCAKE_CUDA_BACKWARD_MIN_BLOCKS=$minb -DCAKE_CUDA_FORWARD_ROWS=$rows" \
+    -DCMAKE_CUDA_FLAGS="-DCAKE_CUDA_FORWARD_STAGES=$fstages -DCAKE_CUDA_BACKWARD_STAGES=$bstages -DCAKE_CUDA_BACKWARD_MIN_BLOCKS=$minb -DCAKE_CUDA_FORWARD_ROWS=$rows" \
     > /dev/null 2>&1 && cmake --build "$dir" -j 16 --target cake_cuda_shared > /dev/null 2>&1 \
     && python3 bench/bench_gpu.py --lib "$dir/libcake_cuda.so" --quick --no-torch \
          --shapes main,small 2>&1 | grep -v "^\*" | tee -a "$OUT/variants.log"

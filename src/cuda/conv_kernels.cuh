@@ -2,9 +2,9 @@
  *
  * Invariants (SPEC 3): every multiply-add is one __fmaf_rn in the order the spec writes, no other
  * contraction (built with -fmad=false), bf16 rounding done by hand exactly as the CPU does it, dw
- * partials over 256-row blocks in row order, summed by the fixed tree. A thread owns 8
- * consecutive channels (one 16-byte load per row) of a run of rows, so results never depend on
- * the grid shape. Offsets are 64-bit. */
+ * partials over 256-row blocks in row order, summed by the fixed tree. A thread owns one channel
+ * pair of a run of rows (the forward, dx alone) or of a 256-row dw block (the backward), so
+ * results never depend on the grid shape or the run length. Offsets are 64-bit. */
 #ifndef CAKE_CONV_KERNELS_CUH
 #define CAKE_CONV_KERNELS_CUH
 
