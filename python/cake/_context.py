@@ -89,7 +89,7 @@ def _build_partition(lib, cu, num_ranks, partition):
     return out, "explicit ranges"
 
 
-class ContextDetKcp:
+class ContextDetKcp(_lib.Owned):
     """The communicator of a context-parallel group plus a partition of the packed batch.
 
     Build it the same way on every rank of `group`, once, outside the training step (it plans
@@ -241,18 +241,6 @@ class ContextDetKcp:
         part, self._partition = getattr(self, "_partition", None), None
         if part is not None and part.value:
             lib.c.cake_partition_destroy(part)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return (f"ContextDetKcp(rank {self.rank} of {self.world_size}, {self.partition}, "

@@ -12,7 +12,7 @@ def _key(key):
     return key.encode("utf-8")
 
 
-class RecomputeHandleDetKcp:
+class RecomputeHandleDetKcp(_lib.Owned):
     """A keyed store for one call and micro-step, so that activation checkpointing's recompute
     of the forward issues no collective.
 
@@ -68,18 +68,6 @@ class RecomputeHandleDetKcp:
         ptr, self._ptr = getattr(self, "_ptr", None), None
         if ptr is not None and ptr.value:
             self._lib.c.cake_recompute_handle_destroy(ptr)
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def contains(self, key):
         """True if `key` (a str; ``"conv"`` included) holds an entry."""

@@ -37,6 +37,25 @@ I64 = ctypes.c_int64
 I32 = ctypes.c_int
 
 
+class Owned:
+    """Owns a C object: close() frees it; also on garbage collection and at the end of a with."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class Range(ctypes.Structure):
     _fields_ = [("start", I64), ("end", I64)]
 
