@@ -59,22 +59,27 @@ static const cake_cpu_kernels *kernels_for(cake_cpu_isa isa) {
     return &cake_cpu_kernels_generic;
 }
 
+cake_status cake_check_cpu_options(const cake_cpu_options *options, const char *prefix) {
+    if (options->num_threads < 0)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "%snum_threads: expected >= 0 (0 = default), got %d", prefix,
+                         options->num_threads);
+    if ((int)options->isa < 0 || options->isa >= CAKE_CPU_ISA_COUNT)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "%sisa: expected a cake_cpu_isa value in [0, %d), got %d", prefix,
+                         (int)CAKE_CPU_ISA_COUNT, (int)options->isa);
+    if (!cake_cpu_isa_supported(options->isa))
+        return cake_fail(CAKE_ERROR_UNSUPPORTED,
+                         "%sisa: %s is not supported by this build or processor", prefix,
+                         cake_cpu_isa_name(options->isa));
+    return CAKE_SUCCESS;
+}
+
 static cake_status resolve_options(const cake_cpu_options *options, int *threads,
                                    const cake_cpu_kernels **kernels) {
     const cake_cpu_options defaults = {0, CAKE_CPU_ISA_AUTO};
     if (!options) options = &defaults;
-    if (options->num_threads < 0)
-        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                         "options->num_threads: expected >= 0 (0 = default), got %d",
-                         options->num_threads);
-    if ((int)options->isa < 0 || options->isa >= CAKE_CPU_ISA_COUNT)
-        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                         "options->isa: expected a cake_cpu_isa value in [0, %d), got %d",
-                         (int)CAKE_CPU_ISA_COUNT, (int)options->isa);
-    if (!cake_cpu_isa_supported(options->isa))
-        return cake_fail(CAKE_ERROR_UNSUPPORTED,
-                         "options->isa: %s is not supported by this build or processor",
-                         cake_cpu_isa_name(options->isa));
+    CAKE_CHECK(cake_check_cpu_options(options, "options->"));
     *threads = cake_resolve_threads(options->num_threads);
     *kernels = kernels_for(options->isa);
     return CAKE_SUCCESS;

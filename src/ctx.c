@@ -55,18 +55,7 @@ cake_status cake_ctx_create(const cake_partition *partition, int rank,
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                          "options->timeout_seconds: expected >= 0 (0 = no limit), got %g",
                          options->timeout_seconds);
-    if (options->cpu.num_threads < 0)
-        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                         "options->cpu.num_threads: expected >= 0 (0 = default), got %d",
-                         options->cpu.num_threads);
-    if ((int)options->cpu.isa < 0 || options->cpu.isa >= CAKE_CPU_ISA_COUNT)
-        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                         "options->cpu.isa: expected a cake_cpu_isa value in [0, %d), got %d",
-                         (int)CAKE_CPU_ISA_COUNT, (int)options->cpu.isa);
-    if (!cake_cpu_isa_supported(options->cpu.isa))
-        return cake_fail(CAKE_ERROR_UNSUPPORTED,
-                         "options->cpu.isa: %s is not supported by this build or processor",
-                         cake_cpu_isa_name(options->cpu.isa));
+    CAKE_CHECK(cake_check_cpu_options(&options->cpu, "options->cpu."));
     cake_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "context: out of memory");
     cake_status status = cake_plan_create(partition, rank, &ctx->plan);

@@ -46,6 +46,10 @@ const cake_range *cake_partition_ranges(const cake_partition *partition, int ran
 
 const cake_fragment *cake_plan_fragments(const cake_plan *plan);
 
+/* Threads and ISA of CPU options; `prefix` starts the argument names ("options->",
+ * "options->cpu."). */
+cake_status cake_check_cpu_options(const cake_cpu_options *options, const char *prefix);
+
 /* cake_ctx_create for a transport made by the library over a communicator of `size` ranks:
  * the partition must have that many ranks. Takes ownership of the transport (released here
  * on failure). */
