@@ -7,6 +7,12 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
+# The CUDA code is built wherever nvcc exists, on PATH or in the toolkit's usual place.
+CUDACXX ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifneq ($(CUDACXX),)
+export CUDACXX
+endif
+
 .PHONY: all deps build test test-c test-sanitize demo bench clean
 
 all: build
