@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 void cake_ctx_destroy(cake_ctx *ctx) {
     if (!ctx) return;
     if (ctx->device_state_free) ctx->device_state_free(ctx->device_state);
@@ -14,7 +13,9 @@ void cake_ctx_destroy(cake_ctx *ctx) {
     cake_halo_lists_free(&ctx->lists[0]);
     cake_halo_lists_free(&ctx->lists[1]);
     if (ctx->transport.release) ctx->transport.release(ctx->transport.state);
-    free(ctx->staging.data);
+    /* After a failed exchange the transport may still read or write the staging messages
+     * (abandoned requests): leave that memory rather than free it under them. */
+    if (!ctx->broken) free(ctx->staging.data);
     free(ctx);
 }
 
