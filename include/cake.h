@@ -275,8 +275,8 @@ typedef struct cake_ctx_options {
 CAKE_API cake_status cake_ctx_create(const cake_partition *partition, int rank,
                                      const cake_transport *transport,
                                      const cake_ctx_options *options, cake_ctx **out);
-/* After an exchange failed or timed out the context's message buffers are deliberately not
- * freed (a transport may still touch them); everything else is. */
+/* After an exchange failed or timed out the context's message buffers (and GPU state) are
+ * deliberately not freed: a transport may still touch them. */
 CAKE_API void cake_ctx_destroy(cake_ctx *ctx);
 
 CAKE_API const cake_plan *cake_ctx_plan(const cake_ctx *ctx);

@@ -8,13 +8,13 @@
 
 void cake_ctx_destroy(cake_ctx *ctx) {
     if (!ctx) return;
-    if (ctx->device_state_free) ctx->device_state_free(ctx->device_state);
+    /* After a failed exchange the transport may still read or write the staging messages
+     * (abandoned requests), host or pinned: leave that memory rather than free it under them. */
+    if (ctx->device_state_free && !ctx->broken) ctx->device_state_free(ctx->device_state);
     cake_plan_destroy(ctx->plan);
     cake_halo_lists_free(&ctx->lists[0]);
     cake_halo_lists_free(&ctx->lists[1]);
     if (ctx->transport.release) ctx->transport.release(ctx->transport.state);
-    /* After a failed exchange the transport may still read or write the staging messages
-     * (abandoned requests): leave that memory rather than free it under them. */
     if (!ctx->broken) free(ctx->staging.data);
     free(ctx);
 }
