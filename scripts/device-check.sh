@@ -2,6 +2,10 @@
 # Everything that needs the GPU, in one call on the device machine: build, every test (CPU, MPI,
 # GPU), compute-sanitizer on a small case, the large-tensor tests, and the GPU benchmark.
 # Logs go to $OUT (the device tool brings them back). Usage: bash scripts/device-check.sh [quick]
+# The device image has no cmocka: before the call, here,
+#   mkdir -p .deps && (cd .deps && apt-get download libcmocka0 libcmocka-dev)
+#   echo /.deps/ >> .git/info/exclude
+# and name .deps in the call's carry list.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cake-device-out}

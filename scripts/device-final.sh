@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A shorter device run for a last check after small changes: build, the GPU and GPU+MPI tests,
-# and the binding's CUDA tests. Logs under $OUT.
+# and the binding's CUDA tests. Logs under $OUT. Carry .deps as for device-check.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cake-device-out}
