@@ -113,10 +113,10 @@ static float time_steps(cake_ctx *ctx, buffers *b, int steps, cudaStream_t strea
         MPI_Barrier(MPI_COMM_WORLD);
         cudaEventRecord(a, stream);
         CHECK(cake_forward_multi_cuda(ctx, b->n, b->C, (const cake_bf16 *const *)b->x,
-                                      (const float *const *)b->w, b->y, b->hist, NULL,
+                                      (const float *const *)b->w, NULL, b->y, b->hist, NULL,
                                       CAKE_COOPERATIVE_AUTO, NULL, 0, stream));
         CHECK(cake_backward_multi_cuda(ctx, b->n, b->C, (const cake_bf16 *const *)b->x,
-                                       (const float *const *)b->w,
+                                       (const float *const *)b->w, NULL,
                                        (const cake_bf16 *const *)b->hist,
                                        (const cake_bf16 *const *)b->dy, b->dx, b->dw,
                                        CAKE_COOPERATIVE_AUTO, NULL, 0, stream));

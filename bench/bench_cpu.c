@@ -113,10 +113,10 @@ int main(int argc, char **argv) {
                 cake_status st = dir == 0
                     ? cake_cpu_forward_single_rank(cu, num_seqs, n, channels,
                                                    (const cake_bf16 *const *)x,
-                                                   (const float *const *)w, y, &opts)
+                                                   (const float *const *)w, NULL, y, &opts)
                     : cake_cpu_backward_single_rank(cu, num_seqs, n, channels,
                                                     (const cake_bf16 *const *)x,
-                                                    (const float *const *)w,
+                                                    (const float *const *)w, NULL,
                                                     (const cake_bf16 *const *)dy, dx, dw, &opts);
                 const double dt = bench_now() - t0;
                 if (st != CAKE_SUCCESS) {

@@ -41,9 +41,13 @@ def load(path):
     lib.cake_plan_num_fragments.restype = ctypes.c_int64
     lib.cake_plan_fragment.argtypes = [P, ctypes.c_int64, P]
     lib.cake_cuda_plan_create.argtypes = [P, P]
-    lib.cake_cuda_backward_workspace_size.argtypes = [P, ctypes.c_int, P, P]
-    lib.cake_cuda_forward.argtypes = [P, ctypes.c_int, P, P, P, P, P, ctypes.c_int, P]
-    lib.cake_cuda_backward.argtypes = [P, ctypes.c_int, P, P, P, P, P, P, P, P, ctypes.c_int,
+    # (plan, n, channels, params, &bytes)
+    lib.cake_cuda_backward_workspace_size.argtypes = [P, ctypes.c_int, P, P, P]
+    # (plan, n, channels, x, w, params, history, y, cooperative, stream)
+    lib.cake_cuda_forward.argtypes = [P, ctypes.c_int, P, P, P, P, P, P, ctypes.c_int, P]
+    # (plan, n, channels, x, w, params, history, dy, future, dx, dw, cooperative, workspace,
+    #  workspace_bytes, stream)
+    lib.cake_cuda_backward.argtypes = [P, ctypes.c_int, P, P, P, P, P, P, P, P, P, ctypes.c_int,
                                        P, ctypes.c_size_t, P]
     return lib
 
@@ -95,7 +99,7 @@ class Problem:
         self.history = [self._pool(t, hist_idx) for t in self.x]
         self.future = [self._pool(t, fut_idx) for t in self.dy]
         size = ctypes.c_size_t()
-        check(lib, lib.cake_cuda_backward_workspace_size(self.cuda_plan, n, self.channels, ctypes.byref(size)), "ws")
+        check(lib, lib.cake_cuda_backward_workspace_size(self.cuda_plan, n, self.channels, None, ctypes.byref(size)), "ws")
         self.workspace = torch.empty(max(size.value, 16), dtype=torch.uint8, device=dev)
         self.num_seqs = len(lengths)
 
@@ -109,13 +113,13 @@ class Problem:
 
     def forward(self, coop):
         check(self.lib, self.lib.cake_cuda_forward(
-            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), ptrs(self.history),
-            ptrs(self.y), COOP[coop], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "forward")
+            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), None,
+            ptrs(self.history), ptrs(self.y), COOP[coop], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "forward")
 
     def backward(self, coop):
         check(self.lib, self.lib.cake_cuda_backward(
-            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), ptrs(self.history),
-            ptrs(self.dy), ptrs(self.future), ptrs(self.dx), ptrs(self.dw), COOP[coop],
+            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), None,
+            ptrs(self.history), ptrs(self.dy), ptrs(self.future), ptrs(self.dx), ptrs(self.dw), COOP[coop],
             ctypes.c_void_p(self.workspace.data_ptr()), self.workspace.numel(),
             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "backward")
 

@@ -332,38 +332,39 @@ static cake_status invoke(world *w, call *c) {
     switch (c->op) {
     case OP_CPU_FWD:
         return cake_cpu_forward(plan, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                ARR(A_W, const float), ARR(A_HIN, const cake_bf16),
+                                ARR(A_W, const float), NULL, ARR(A_HIN, const cake_bf16),
                                 ARR(A_Y, cake_bf16), opt);
     case OP_CPU_BWD:
         return cake_cpu_backward(plan, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                 ARR(A_W, const float), ARR(A_HIN, const cake_bf16),
+                                 ARR(A_W, const float), NULL, ARR(A_HIN, const cake_bf16),
                                  ARR(A_DY, const cake_bf16), ARR(A_FUT, const cake_bf16),
                                  ARR(A_DX, cake_bf16), ARR(A_DW, float), opt);
     case OP_SR_FWD:
         return cake_cpu_forward_single_rank(cu, c->sr_num_seqs, c->n, c->channels,
-                                            ARR(A_X, const cake_bf16), ARR(A_W, const float),
+                                            ARR(A_X, const cake_bf16), ARR(A_W, const float), NULL,
                                             ARR(A_Y, cake_bf16), opt);
     case OP_SR_BWD:
         return cake_cpu_backward_single_rank(cu, c->sr_num_seqs, c->n, c->channels,
-                                             ARR(A_X, const cake_bf16), ARR(A_W, const float),
+                                             ARR(A_X, const cake_bf16), ARR(A_W, const float), NULL,
                                              ARR(A_DY, const cake_bf16), ARR(A_DX, cake_bf16),
                                              ARR(A_DW, float), opt);
     case OP_FWD:
         return cake_forward(ctx, c->ch[0], (const cake_bf16 *)c->pass[A_X][0],
-                            (const float *)c->pass[A_W][0], (cake_bf16 *)c->pass[A_Y][0],
+                            (const float *)c->pass[A_W][0], NULL, (cake_bf16 *)c->pass[A_Y][0],
                             (cake_bf16 *)c->pass[A_HOUT][0], h);
     case OP_BWD:
         return cake_backward(ctx, c->ch[0], (const cake_bf16 *)c->pass[A_X][0],
-                             (const float *)c->pass[A_W][0], (const cake_bf16 *)c->pass[A_HIN][0],
+                             (const float *)c->pass[A_W][0], NULL,
+                                 (const cake_bf16 *)c->pass[A_HIN][0],
                              (const cake_bf16 *)c->pass[A_DY][0], (cake_bf16 *)c->pass[A_DX][0],
                              (float *)c->pass[A_DW][0]);
     case OP_FWD_MULTI:
         return cake_forward_multi(ctx, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                  ARR(A_W, const float), ARR(A_Y, cake_bf16),
+                                  ARR(A_W, const float), NULL, ARR(A_Y, cake_bf16),
                                   ARR(A_HOUT, cake_bf16), h);
     default:
         return cake_backward_multi(ctx, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                   ARR(A_W, const float), ARR(A_HIN, const cake_bf16),
+                                   ARR(A_W, const float), NULL, ARR(A_HIN, const cake_bf16),
                                    ARR(A_DY, const cake_bf16), ARR(A_DX, cake_bf16),
                                    ARR(A_DW, float));
     }

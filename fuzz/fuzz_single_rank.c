@@ -120,9 +120,11 @@ static void run_single_rank(fz_reader *r, const problem *pb) {
     for (int i = 0; i < (one_by_one ? pb->n : 1); i++) {
         const int n = one_by_one ? 1 : pb->n;
         FZ_CHECK(cake_cpu_forward_single_rank(pb->cu, pb->num_seqs, n, pb->C + i, x + i, w + i,
+                                              NULL,
                                               y + i, &opt) == CAKE_SUCCESS,
                  "single-rank forward: %s", cake_last_error());
         FZ_CHECK(cake_cpu_backward_single_rank(pb->cu, pb->num_seqs, n, pb->C + i, x + i, w + i,
+                                               NULL,
                                                dy + i, dx + i, dw + i, &opt) == CAKE_SUCCESS,
                  "single-rank backward: %s", cake_last_error());
     }
@@ -223,9 +225,10 @@ static void run_partition(fz_reader *r, const problem *pb) {
             dw[i] = fz_malloc(sizeof(float) * (size_t)(4 * C));
         }
         typedef const cake_bf16 *const *in;
-        FZ_CHECK(cake_cpu_forward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, (in)hist,
+        FZ_CHECK(cake_cpu_forward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, NULL,
+                                  (in)hist,
                                   y, &opt) == CAKE_SUCCESS, "forward: %s", cake_last_error());
-        FZ_CHECK(cake_cpu_backward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w,
+        FZ_CHECK(cake_cpu_backward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, NULL,
                                    (in)hist, (in)dy, (in)fut, dx, dw, &opt) == CAKE_SUCCESS,
                  "backward: %s", cake_last_error());
         for (int i = 0; i < pb->n; i++) {

@@ -2,9 +2,10 @@
  * cake: deterministic short causal convolution (width 4) over packed variable-length sequences,
  * for context-parallel training of linear-attention models.
  *
- * Every result is bitwise reproducible: the numerics are fixed by SPEC section 3 (one fp32 fused
- * multiply-add per tap in a fixed order, round-to-nearest-even bf16 outputs, dw summed over
- * 256-row blocks by a fixed pairwise tree). Results do not depend on thread count, ISA path,
+ * Every result is bitwise reproducible: docs/NUMERICS.md fixes every bit (one fp32 fused
+ * multiply-add per tap in a fixed order, optional bias and SiLU by a fixed fp32 sequence,
+ * round-to-nearest-even bf16 outputs, one canonical NaN, dw and dbias summed over 256-row blocks
+ * by a fixed pairwise tree). Results do not depend on thread count, ISA path, CPU or GPU,
  * partition (y, dx) or on whether tensors are passed one by one or together.
  *
  * Worked example (one process, the whole batch):
@@ -14,7 +15,7 @@
  *     const cake_bf16 *xs[] = {x};                // x: [12, 64] bf16, w: [64, 4] fp32
  *     const float *ws[] = {w};
  *     cake_bf16 *ys[] = {y};
- *     if (cake_cpu_forward_single_rank(cu, 3, 1, ch, xs, ws, ys, NULL) != CAKE_SUCCESS)
+ *     if (cake_cpu_forward_single_rank(cu, 3, 1, ch, xs, ws, NULL, ys, NULL) != CAKE_SUCCESS)
  *         fprintf(stderr, "cake: %s\n", cake_last_error());
  *
  * Conventions. Every function returns a cake_status; on failure cake_last_error() holds a
@@ -40,8 +41,10 @@ extern "C" {
 #define CAKE_API __attribute__((visibility("default")))
 #endif
 
-#define CAKE_VERSION_MAJOR 0
-#define CAKE_VERSION_MINOR 1
+/* 1.0: every tensor entry point takes a cake_conv_params (bias, activation), so later options
+ * extend that struct instead of the signatures. */
+#define CAKE_VERSION_MAJOR 1
+#define CAKE_VERSION_MINOR 0
 #define CAKE_VERSION_PATCH 0
 
 /* Kernel width W, and the rows each side of a fragment that a halo carries (W - 1). */
@@ -155,9 +158,38 @@ CAKE_API cake_status cake_plan_fragment(const cake_plan *plan, int64_t index, ca
  *                             row is before the fragment's sequence start;
  *   future pool,  row 3f + j: dy at global row fragment(f).global_start + length + j, or +0.0
  *                             when that row is at or past the sequence end.
+ * With an activation (cake_conv_params) the backward needs the activation's input a at the
+ * future rows, so the future pool has twice the rows: the pool_rows rows of dy above, then
+ * pool_rows rows of x at the same global rows (+0.0 where dy is +0.0).
  * The pools may be NULL when pool_rows is 0 (no local rows). pool_rows = 3 * num_fragments.
  */
 CAKE_API int64_t cake_plan_pool_rows(const cake_plan *plan);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Per-call parameters: what a call computes beyond the plain convolution (SPEC 3).            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum cake_activation {
+    CAKE_ACTIVATION_NONE = 0,
+    CAKE_ACTIVATION_SILU = 1, /* y = silu(a); the fixed fp32 sequence of docs/NUMERICS.md */
+    CAKE_ACTIVATION_COUNT
+} cake_activation;
+
+/*
+ * Every tensor entry point takes one; NULL (or a zero-initialised struct) is the plain op of
+ * SPEC 3, no bias and no activation. One struct can serve a layer's forward and its backward.
+ * Options added later are appended here, so the entry points keep their signatures.
+ *   a = acc + bias[c] (one fp32 add; a = acc without bias), y = bf16(a) or bf16(silu(a)).
+ *   Backward: g = dy * silu'(a) (g = dy without activation); dx and dw use g, and
+ *   dbias[c] = the fixed-tree sum of g over this rank's rows (256-row blocks, as dw).
+ */
+typedef struct cake_conv_params {
+    cake_activation activation;
+    const float *const *bias; /* NULL: no bias; else per tensor an fp32 [channels[i]] array */
+    float *const *dbias;      /* backward with bias: per tensor fp32 [channels[i]], written
+                                 (this rank's part, +0.0 without rows); NULL without bias;
+                                 forwards ignore it */
+} cake_conv_params;
 
 /* ------------------------------------------------------------------------------------------ */
 /* CPU kernels                                                                                 */
@@ -188,19 +220,22 @@ typedef struct cake_cpu_options {
  * 8) and arrays x[i], y[i], dy[i], dx[i] of [S_local, channels[i]] bf16 with S_local =
  * cake_plan_local_rows(plan), contiguous; w[i] and dw[i] are [channels[i], 4] fp32 with w[c][3]
  * multiplying the current row. Row arrays may be NULL when S_local = 0; w and dw never (dw is
- * written, +0.0, even then). `options` may be NULL. The result is bitwise the same as
- * num_tensors single-tensor calls. The pointer arrays are `const T *const *`: declare them as
+ * written, +0.0, even then). `params` and `options` may be NULL. The result is bitwise the same
+ * as num_tensors single-tensor calls. The pointer arrays are `const T *const *`: declare them as
  * `const cake_bf16 *x[]` (C does not convert `cake_bf16 **` implicitly).
  */
 CAKE_API cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors,
                                       const int64_t *channels, const cake_bf16 *const *x,
-                                      const float *const *w, const cake_bf16 *const *history,
-                                      cake_bf16 *const *y, const cake_cpu_options *options);
+                                      const float *const *w, const cake_conv_params *params,
+                                      const cake_bf16 *const *history, cake_bf16 *const *y,
+                                      const cake_cpu_options *options);
 
-/* dx from dy and the future pool; dw (this rank's contribution) from dy, x and the history pool. */
+/* dx from dy and the future pool; dw (this rank's contribution) from dy, x and the history pool;
+ * dbias (params->dbias) with a bias. */
 CAKE_API cake_status cake_cpu_backward(const cake_plan *plan, int num_tensors,
                                        const int64_t *channels, const cake_bf16 *const *x,
-                                       const float *const *w, const cake_bf16 *const *history,
+                                       const float *const *w, const cake_conv_params *params,
+                                       const cake_bf16 *const *history,
                                        const cake_bf16 *const *dy, const cake_bf16 *const *future,
                                        cake_bf16 *const *dx, float *const *dw,
                                        const cake_cpu_options *options);
@@ -209,12 +244,14 @@ CAKE_API cake_status cake_cpu_backward(const cake_plan *plan, int num_tensors,
 CAKE_API cake_status cake_cpu_forward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
                                                   int num_tensors, const int64_t *channels,
                                                   const cake_bf16 *const *x, const float *const *w,
+                                                  const cake_conv_params *params,
                                                   cake_bf16 *const *y,
                                                   const cake_cpu_options *options);
 CAKE_API cake_status cake_cpu_backward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
                                                    int num_tensors, const int64_t *channels,
                                                    const cake_bf16 *const *x,
                                                    const float *const *w,
+                                                   const cake_conv_params *params,
                                                    const cake_bf16 *const *dy,
                                                    cake_bf16 *const *dx, float *const *dw,
                                                    const cake_cpu_options *options);
@@ -312,21 +349,24 @@ typedef struct cake_recompute_handle cake_recompute_handle;
  * Every rank calls each op once per layer in the same order with the same channel counts.
  */
 CAKE_API cake_status cake_forward(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
-                                  const float *w, cake_bf16 *y, cake_bf16 *history,
-                                  cake_recompute_handle *handle);
-/* Backward: dx [S_local, channels] bf16 and this rank's dw [channels, 4] fp32 from dy, x, w and
- * the history the forward filled. One exchange (the future rows of dy). */
+                                  const float *w, const cake_conv_params *params, cake_bf16 *y,
+                                  cake_bf16 *history, cake_recompute_handle *handle);
+/* Backward: dx [S_local, channels] bf16 and this rank's dw [channels, 4] fp32 (and dbias) from
+ * dy, x, w and the history the forward filled. One exchange (the future rows of dy, with an
+ * activation also of x). */
 CAKE_API cake_status cake_backward(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
-                                   const float *w, const cake_bf16 *history, const cake_bf16 *dy,
-                                   cake_bf16 *dx, float *dw);
+                                   const float *w, const cake_conv_params *params,
+                                   const cake_bf16 *history, const cake_bf16 *dy, cake_bf16 *dx,
+                                   float *dw);
 /* The same for n tensors of one layer, with one exchange per direction for all of them; the
  * results are bitwise those of n single calls. */
 CAKE_API cake_status cake_forward_multi(cake_ctx *ctx, int num_tensors, const int64_t *channels,
                                         const cake_bf16 *const *x, const float *const *w,
-                                        cake_bf16 *const *y, cake_bf16 *const *history,
-                                        cake_recompute_handle *handle);
+                                        const cake_conv_params *params, cake_bf16 *const *y,
+                                        cake_bf16 *const *history, cake_recompute_handle *handle);
 CAKE_API cake_status cake_backward_multi(cake_ctx *ctx, int num_tensors, const int64_t *channels,
                                          const cake_bf16 *const *x, const float *const *w,
+                                         const cake_conv_params *params,
                                          const cake_bf16 *const *history,
                                          const cake_bf16 *const *dy, cake_bf16 *const *dx,
                                          float *const *dw);

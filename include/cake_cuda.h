@@ -35,6 +35,7 @@ CAKE_API int cake_cuda_cooperative_supported(void);
 /* Bytes of device workspace a backward needs (the forward needs none). */
 CAKE_API cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *plan,
                                                        int num_tensors, const int64_t *channels,
+                                                       const cake_conv_params *params,
                                                        size_t *bytes);
 
 /* As cake_cpu_forward / cake_cpu_backward, on the device of `plan`, with the pools laid out as
@@ -42,12 +43,13 @@ CAKE_API cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *pla
  * it allocates (cudaMallocAsync) and frees on the stream. */
 CAKE_API cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,
                                        const int64_t *channels, const cake_bf16 *const *x,
-                                       const float *const *w, const cake_bf16 *const *history,
-                                       cake_bf16 *const *y, cake_cooperative cooperative,
-                                       cudaStream_t stream);
+                                       const float *const *w, const cake_conv_params *params,
+                                       const cake_bf16 *const *history, cake_bf16 *const *y,
+                                       cake_cooperative cooperative, cudaStream_t stream);
 CAKE_API cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_tensors,
                                         const int64_t *channels, const cake_bf16 *const *x,
-                                        const float *const *w, const cake_bf16 *const *history,
+                                        const float *const *w, const cake_conv_params *params,
+                                        const cake_bf16 *const *history,
                                         const cake_bf16 *const *dy,
                                         const cake_bf16 *const *future, cake_bf16 *const *dx,
                                         float *const *dw, cake_cooperative cooperative,
@@ -64,28 +66,32 @@ CAKE_API cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_tens
  * least cake_ctx_cuda_workspace_size bytes, or NULL to allocate on the stream.
  */
 CAKE_API cake_status cake_ctx_cuda_workspace_size(const cake_ctx *ctx, int num_tensors,
-                                                  const int64_t *channels, int backward,
+                                                  const int64_t *channels,
+                                                  const cake_conv_params *params, int backward,
                                                   size_t *bytes);
 CAKE_API cake_status cake_forward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
-                                       const float *w, cake_bf16 *y, cake_bf16 *history,
+                                       const float *w, const cake_conv_params *params,
+                                       cake_bf16 *y, cake_bf16 *history,
                                        cake_recompute_handle *handle, cake_cooperative cooperative,
                                        void *workspace, size_t workspace_bytes,
                                        cudaStream_t stream);
 CAKE_API cake_status cake_backward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
-                                        const float *w, const cake_bf16 *history,
-                                        const cake_bf16 *dy, cake_bf16 *dx, float *dw,
-                                        cake_cooperative cooperative, void *workspace,
-                                        size_t workspace_bytes, cudaStream_t stream);
+                                        const float *w, const cake_conv_params *params,
+                                        const cake_bf16 *history, const cake_bf16 *dy,
+                                        cake_bf16 *dx, float *dw, cake_cooperative cooperative,
+                                        void *workspace, size_t workspace_bytes,
+                                        cudaStream_t stream);
 CAKE_API cake_status cake_forward_multi_cuda(cake_ctx *ctx, int num_tensors,
                                              const int64_t *channels, const cake_bf16 *const *x,
-                                             const float *const *w, cake_bf16 *const *y,
-                                             cake_bf16 *const *history,
+                                             const float *const *w, const cake_conv_params *params,
+                                             cake_bf16 *const *y, cake_bf16 *const *history,
                                              cake_recompute_handle *handle,
                                              cake_cooperative cooperative, void *workspace,
                                              size_t workspace_bytes, cudaStream_t stream);
 CAKE_API cake_status cake_backward_multi_cuda(cake_ctx *ctx, int num_tensors,
                                               const int64_t *channels, const cake_bf16 *const *x,
                                               const float *const *w,
+                                              const cake_conv_params *params,
                                               const cake_bf16 *const *history,
                                               const cake_bf16 *const *dy, cake_bf16 *const *dx,
                                               float *const *dw, cake_cooperative cooperative,

@@ -1,4 +1,4 @@
-/* Argument checks shared by every entry point that takes tensors (CPU now, GPU later), so each
+/* Argument checks shared by every entry point that takes tensors (CPU and GPU), so each
  * precondition has one message. Nothing here writes outputs. */
 #ifndef CAKE_ARGS_H
 #define CAKE_ARGS_H
@@ -13,6 +13,7 @@ typedef struct cake_call_args {
     int64_t pool_rows; /* rows of each history / future pool */
     const cake_bf16 *const *x;
     const float *const *w;
+    const cake_conv_params *params; /* NULL: the plain op */
     const cake_bf16 *const *history;
     const cake_bf16 *const *dy;
     const cake_bf16 *const *future;
@@ -27,5 +28,19 @@ typedef struct cake_call_args {
 } cake_call_args;
 
 cake_status cake_check_call_args(const cake_call_args *args);
+
+/* The parameters a NULL `params` stands for: no bias, no activation. */
+const cake_conv_params *cake_params_or_default(const cake_conv_params *params);
+
+/* 1 when the backward needs x at the future rows too (with an activation: the receiver
+ * recomputes the activation's input there, docs/NUMERICS.md), else 0. */
+int cake_future_carries_x(const cake_conv_params *params);
+/* Rows of a future pool (per tensor): pool_rows of dy, and with an activation as many of x. */
+int64_t cake_future_pool_rows(const cake_conv_params *params, int64_t pool_rows);
+
+/* The channel counts and the activation of a call of `rows` local rows and `pool_rows` pool
+ * rows: what a size query checks (cake_check_call_args checks it too). */
+cake_status cake_check_sizes(int num_tensors, const int64_t *channels,
+                             const cake_conv_params *params, int64_t rows, int64_t pool_rows);
 
 #endif

@@ -13,14 +13,27 @@ static inline float cake_bf16_to_f32(uint16_t h) {
     return f;
 }
 
-/* Round to nearest, ties to even; overflow becomes infinity; subnormals kept; NaN stays NaN,
- * quiet, with its sign. Branch-free so the loop around it vectorises. */
+/* The one NaN every output holds (docs/NUMERICS.md): which NaN an operation returns when
+ * several operands are NaN differs between instruction sets, so outputs never keep it. */
+#define CAKE_BF16_NAN 0x7fc0u
+#define CAKE_F32_NAN 0x7fc00000u
+
+/* Round to nearest, ties to even; overflow becomes infinity; subnormals kept; NaN becomes the
+ * canonical NaN. Branch-free so the loop around it vectorises. */
 static inline uint16_t cake_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (u >> 16) | 0x40u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? CAKE_BF16_NAN : rounded);
+}
+
+/* f, or the canonical NaN when f is NaN (fp32 outputs: dw, dbias). */
+static inline float cake_f32_canonical(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u = CAKE_F32_NAN;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 #endif

@@ -1,4 +1,4 @@
-/* CPU driver: argument checks, ISA dispatch, work units over threads, and the dw tree.
+/* CPU driver: argument checks, ISA dispatch, work units over threads, and the dw / dbias tree.
  *
  * Forward units are (tensor, run of rows): each row's y depends only on inputs, so any split
  * gives the same bits. Backward units are (tensor, channel strip, chunk of 2^k aligned dw
@@ -7,6 +7,7 @@
  * in order. Because chunks are aligned powers of two, the folds are exactly the fixed tree of
  * SPEC 3, whatever the chunk size or thread count. */
 #include "args.h"
+#include "bf16.h"
 #include "conv_cpu.h"
 #include "internal.h"
 #include "parallel.h"
@@ -99,12 +100,14 @@ static int64_t fragment_of_row(const cake_fragment *fragments, int64_t count, in
 /* ---- shared call state ---------------------------------------------------------------- */
 
 typedef struct call {
-    const cake_plan *plan;
     const cake_fragment *fragments;
-    int64_t num_fragments, rows;
+    int64_t num_fragments, rows, pool_rows;
     const cake_call_args *args;
+    const cake_conv_params *params;
+    int variant;              /* CAKE_VARIANT_* of the params */
+    int taps;                 /* partial columns per channel: 4 dw taps, + 1 dbias with a bias */
     const cake_cpu_kernels *kernels;
-    float **wt;               /* per tensor: weights transposed to [4][C] */
+    float **wt;               /* per tensor: weights (and bias) transposed to [rows][C] */
     /* forward */
     int64_t *unit_offset;     /* per tensor + 1: first unit of each tensor */
     int64_t *unit_rows;       /* per tensor: rows per forward unit */
@@ -113,9 +116,9 @@ typedef struct call {
     int64_t depth;            /* stack entries per unit: roots of a partial chunk + a push slot */
     int64_t final_depth;      /* stack entries to fold all chunks of a strip */
     int64_t *strip_offset;    /* per tensor + 1: first (tensor, strip) index */
-    float *roots;             /* per unit: depth entries of 4 * strip width */
+    float *roots;             /* per unit: depth entries of taps * strip width */
     int64_t *root_sizes;      /* per unit: depth entries, 0 = unused */
-    float *final_values;      /* per strip: final_depth entries of 4 * STRIP_CHANNELS */
+    float *final_values;      /* per strip: final_depth entries of taps * STRIP_CHANNELS */
     int64_t *final_sizes;     /* per strip: final_depth entries */
 } call;
 
@@ -129,31 +132,40 @@ static cake_row_span span_for(const call *k, int tensor, int64_t f, int64_t c0, 
     const cake_call_args *a = k->args;
     const int64_t C = a->channels[tensor];
     const cake_fragment *fr = &k->fragments[f];
+    const int64_t after = fr->seq_end - (fr->global_start + fr->length);
+    const cake_bf16 *future = a->backward ? a->future[tensor] + f * CAKE_HALO_ROWS * C : NULL;
     cake_row_span s = {
         .x = a->x[tensor],
         .dy = a->backward ? a->dy[tensor] : NULL,
         .history = a->history[tensor] + f * CAKE_HALO_ROWS * C,
-        .future = a->backward ? a->future[tensor] + f * CAKE_HALO_ROWS * C : NULL,
+        .future = future,
+        /* the x half of the future pool (cake.h) */
+        .future_x = future && (k->variant & CAKE_VARIANT_SILU) ? future + k->pool_rows * C : NULL,
         .ld = C,
         .channels = C,
         .local_start = fr->local_start,
         .length = fr->length,
+        .future_valid = after < CAKE_HALO_ROWS ? after : CAKE_HALO_ROWS,
         .c0 = c0,
         .c1 = c1,
     };
     return s;
 }
 
-/* The kernels read weights as [tap][parity][pair]: channel c is pair c / 2 of parity c % 2. */
-static void transpose_weights(const float *w, int64_t C, float *wt) {
-    for (int64_t c = 0; c < C; c++)
+/* The kernels read weights as [row][parity][pair]: channel c is pair c / 2 of parity c % 2;
+ * rows 0..3 are the taps, row 4 the bias when there is one. */
+static void transpose_weights(const float *w, const float *bias, int64_t C, float *wt) {
+    for (int64_t c = 0; c < C; c++) {
         for (int k = 0; k < 4; k++) wt[(2 * k + c % 2) * (C / 2) + c / 2] = w[c * 4 + k];
+        if (bias) wt[(2 * 4 + c % 2) * (C / 2) + c / 2] = bias[c];
+    }
 }
 
 static cake_status alloc_weights(call *k) {
     const cake_call_args *a = k->args;
+    const int rows = CAKE_CPU_WEIGHT_ROWS(k->variant);
     int64_t total = 0;
-    for (int i = 0; i < a->num_tensors; i++) total += 4 * a->channels[i];
+    for (int i = 0; i < a->num_tensors; i++) total += rows * a->channels[i];
     k->wt = malloc(sizeof(float *) * (size_t)a->num_tensors);
     float *base = malloc(sizeof(float) * (size_t)total);
     if (!k->wt || !base) {
@@ -165,8 +177,9 @@ static cake_status alloc_weights(call *k) {
     }
     for (int i = 0; i < a->num_tensors; i++) {
         k->wt[i] = base;
-        transpose_weights(a->w[i], a->channels[i], base);
-        base += 4 * a->channels[i];
+        transpose_weights(a->w[i], k->params->bias ? k->params->bias[i] : NULL, a->channels[i],
+                          base);
+        base += rows * a->channels[i];
     }
     return CAKE_SUCCESS;
 }
@@ -188,25 +201,35 @@ static void forward_unit(void *context, int64_t unit) {
         const cake_fragment *fr = &k->fragments[f];
         const int64_t end = fr->local_start + fr->length < t1 ? fr->local_start + fr->length : t1;
         const cake_row_span s = span_for(k, i, f, 0, C);
-        k->kernels->forward_span(&s, t, end, k->wt[i], k->args->y[i]);
+        k->kernels->forward_span(&s, t, end, k->wt[i], k->variant, k->args->y[i]);
         t = end;
     }
 }
 
+/* The call state both directions share. */
+static call call_of(const cake_plan *plan, const cake_call_args *args) {
+    const cake_conv_params *p = cake_params_or_default(args->params);
+    const int variant = (p->bias ? CAKE_VARIANT_BIAS : 0) |
+                        (p->activation == CAKE_ACTIVATION_SILU ? CAKE_VARIANT_SILU : 0);
+    call k = {.fragments = cake_plan_fragments(plan), .num_fragments = cake_plan_num_fragments(plan),
+              .rows = args->rows, .pool_rows = args->pool_rows, .args = args, .params = p,
+              .variant = variant, .taps = CAKE_CPU_WEIGHT_ROWS(variant)};
+    return k;
+}
+
 cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors, const int64_t *channels,
                              const cake_bf16 *const *x, const float *const *w,
-                             const cake_bf16 *const *history, cake_bf16 *const *y,
-                             const cake_cpu_options *options) {
+                             const cake_conv_params *params, const cake_bf16 *const *history,
+                             cake_bf16 *const *y, const cake_cpu_options *options) {
     cake_clear_error();
     if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
     const cake_call_args args = {.num_tensors = num_tensors, .channels = channels,
                                  .rows = cake_plan_local_rows(plan),
-                                 .pool_rows = cake_plan_pool_rows(plan),
-                                 .x = x, .w = w, .history = history, .y = y};
+                                 .pool_rows = cake_plan_pool_rows(plan), .x = x, .w = w,
+                                 .params = params, .history = history, .y = y};
     CAKE_CHECK(cake_check_call_args(&args));
     int threads;
-    call k = {.plan = plan, .fragments = cake_plan_fragments(plan),
-              .num_fragments = cake_plan_num_fragments(plan), .rows = args.rows, .args = &args};
+    call k = call_of(plan, &args);
     CAKE_CHECK(resolve_options(options, &threads, &k.kernels));
     if (args.rows == 0) return CAKE_SUCCESS;
     k.unit_offset = malloc(sizeof(int64_t) * ((size_t)num_tensors + 1));
@@ -271,8 +294,8 @@ static void backward_unit(void *context, int64_t unit) {
     const int64_t C = k->args->channels[i];
     const int64_t c0 = (strip_index - k->strip_offset[i]) * STRIP_CHANNELS;
     const int64_t c1 = c0 + STRIP_CHANNELS < C ? c0 + STRIP_CHANNELS : C;
-    const int64_t width = 4 * (c1 - c0);
-    root_stack st = {k->roots + unit * k->depth * 4 * STRIP_CHANNELS,
+    const int64_t width = k->taps * (c1 - c0);
+    root_stack st = {k->roots + unit * k->depth * k->taps * STRIP_CHANNELS,
                      k->root_sizes + unit * k->depth, 0, width, k->kernels};
     const int64_t b_end = (chunk + 1) * k->chunk_blocks < k->num_blocks
                               ? (chunk + 1) * k->chunk_blocks : k->num_blocks;
@@ -285,7 +308,7 @@ static void backward_unit(void *context, int64_t unit) {
             const cake_fragment *fr = &k->fragments[f];
             const int64_t end = fr->local_start + fr->length < t1 ? fr->local_start + fr->length : t1;
             const cake_row_span s = span_for(k, i, f, c0, c1);
-            k->kernels->backward_span(&s, t, end, k->wt[i], k->args->dx[i], partial);
+            k->kernels->backward_span(&s, t, end, k->wt[i], k->variant, k->args->dx[i], partial);
             t = end;
         }
         stack_push(&st, partial, 1);
@@ -293,37 +316,44 @@ static void backward_unit(void *context, int64_t unit) {
     for (int64_t e = st.count; e < k->depth; e++) st.sizes[e] = 0;
 }
 
-/* Folds the chunk roots of one (tensor, strip) in order and writes dw[c][k]. */
+/* Folds the chunk roots of one (tensor, strip) in order and writes dw[c][k] (and dbias[c]),
+ * NaN as the canonical NaN. */
 static void finish_strip(const call *k, int64_t strip_index, float *scratch, int64_t *sizes) {
     const int i = find_tensor(k->strip_offset, k->args->num_tensors, strip_index);
     const int64_t C = k->args->channels[i];
     const int64_t c0 = (strip_index - k->strip_offset[i]) * STRIP_CHANNELS;
     const int64_t c1 = c0 + STRIP_CHANNELS < C ? c0 + STRIP_CHANNELS : C;
-    const int64_t width = 4 * (c1 - c0);
+    const int64_t width = k->taps * (c1 - c0);
     root_stack st = {scratch, sizes, 0, width, k->kernels};
     for (int64_t chunk = 0; chunk < k->num_chunks; chunk++) {
         const int64_t unit = strip_index * k->num_chunks + chunk;
         for (int64_t e = 0; e < k->depth && k->root_sizes[unit * k->depth + e] > 0; e++)
-            stack_push(&st, k->roots + unit * k->depth * 4 * STRIP_CHANNELS + e * width,
+            stack_push(&st, k->roots + unit * k->depth * k->taps * STRIP_CHANNELS + e * width,
                        k->root_sizes[unit * k->depth + e]);
     }
     float *dw = k->args->dw[i];
-    if (st.count == 0) { /* no local rows: dw = +0.0 */
-        for (int64_t c = c0; c < c1; c++)
+    float *dbias = k->params->dbias ? k->params->dbias[i] : NULL;
+    if (st.count == 0) { /* no local rows: +0.0 */
+        for (int64_t c = c0; c < c1; c++) {
             for (int t = 0; t < 4; t++) dw[c * 4 + t] = 0.0f;
+            if (dbias) dbias[c] = 0.0f;
+        }
         return;
     }
-    /* The partials are laid out [parity][tap][pair] (see backward_span). */
+    /* The partials are laid out [parity][tap][pair] (see backward_span); tap 4 is dbias. */
     const float *total = stack_total(&st);
     const int64_t pairs = (c1 - c0) / 2;
-    for (int64_t c = 0; c < c1 - c0; c++)
-        for (int t = 0; t < 4; t++) dw[(c0 + c) * 4 + t] = total[(c % 2 * 4 + t) * pairs + c / 2];
+    for (int64_t c = 0; c < c1 - c0; c++) {
+        const float *column = total + (c % 2 * k->taps) * pairs + c / 2;
+        for (int t = 0; t < 4; t++) dw[(c0 + c) * 4 + t] = cake_f32_canonical(column[t * pairs]);
+        if (dbias) dbias[c0 + c] = cake_f32_canonical(column[4 * pairs]);
+    }
 }
 
 static void finish_unit(void *context, int64_t strip_index) {
     const call *k = context;
     finish_strip(k, strip_index,
-                 k->final_values + strip_index * k->final_depth * 4 * STRIP_CHANNELS,
+                 k->final_values + strip_index * k->final_depth * k->taps * STRIP_CHANNELS,
                  k->final_sizes + strip_index * k->final_depth);
 }
 
@@ -341,20 +371,20 @@ static int64_t log2_of(int64_t pow2) {
 
 cake_status cake_cpu_backward(const cake_plan *plan, int num_tensors, const int64_t *channels,
                               const cake_bf16 *const *x, const float *const *w,
-                              const cake_bf16 *const *history, const cake_bf16 *const *dy,
-                              const cake_bf16 *const *future, cake_bf16 *const *dx,
-                              float *const *dw, const cake_cpu_options *options) {
+                              const cake_conv_params *params, const cake_bf16 *const *history,
+                              const cake_bf16 *const *dy, const cake_bf16 *const *future,
+                              cake_bf16 *const *dx, float *const *dw,
+                              const cake_cpu_options *options) {
     cake_clear_error();
     if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
     const cake_call_args args = {.num_tensors = num_tensors, .channels = channels,
                                  .rows = cake_plan_local_rows(plan),
                                  .pool_rows = cake_plan_pool_rows(plan), .x = x, .w = w,
-                                 .history = history, .dy = dy, .future = future, .dx = dx,
-                                 .dw = dw, .backward = 1};
+                                 .params = params, .history = history, .dy = dy,
+                                 .future = future, .dx = dx, .dw = dw, .backward = 1};
     CAKE_CHECK(cake_check_call_args(&args));
     int threads;
-    call k = {.plan = plan, .fragments = cake_plan_fragments(plan),
-              .num_fragments = cake_plan_num_fragments(plan), .rows = args.rows, .args = &args};
+    call k = call_of(plan, &args);
     CAKE_CHECK(resolve_options(options, &threads, &k.kernels));
 
     k.strip_offset = malloc(sizeof(int64_t) * ((size_t)num_tensors + 1));
@@ -372,9 +402,10 @@ cake_status cake_cpu_backward(const cake_plan *plan, int num_tensors, const int6
     k.depth = log2_of(k.chunk_blocks) + 2; /* roots of a partial chunk, plus a push slot */
     const int64_t units = strips * k.num_chunks;
     k.final_depth = log2_of(ceil_pow2(k.num_blocks > 0 ? k.num_blocks : 1)) + 2;
-    k.roots = malloc(sizeof(float) * 4 * STRIP_CHANNELS * (size_t)(units * k.depth + 1));
+    k.roots = malloc(sizeof(float) * (size_t)k.taps * STRIP_CHANNELS * (size_t)(units * k.depth + 1));
     k.root_sizes = malloc(sizeof(int64_t) * (size_t)(units * k.depth + 1));
-    k.final_values = malloc(sizeof(float) * 4 * STRIP_CHANNELS * (size_t)(strips * k.final_depth));
+    k.final_values = malloc(sizeof(float) * (size_t)k.taps * STRIP_CHANNELS *
+                            (size_t)(strips * k.final_depth));
     k.final_sizes = malloc(sizeof(int64_t) * (size_t)(strips * k.final_depth));
     cake_status status = CAKE_SUCCESS;
     if (!k.roots || !k.root_sizes || !k.final_values || !k.final_sizes) status = cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for dw partials");

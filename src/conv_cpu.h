@@ -8,25 +8,37 @@
 
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 typedef struct cake_row_span {
-    const uint16_t *x;       /* local rows of the tensor (row stride ld) */
-    const uint16_t *dy;      /* backward only */
-    const uint16_t *history; /* the fragment's 3 history rows */
-    const uint16_t *future;  /* the fragment's 3 future rows (backward only) */
-    int64_t ld;              /* row stride in elements = channels */
-    int64_t channels;        /* stride between taps of the transposed weights */
-    int64_t local_start;     /* the fragment's first local row */
-    int64_t length;          /* the fragment's rows */
-    int64_t c0, c1;          /* channel strip */
+    const uint16_t *x;        /* local rows of the tensor (row stride ld) */
+    const uint16_t *dy;       /* backward only */
+    const uint16_t *history;  /* the fragment's 3 history rows */
+    const uint16_t *future;   /* backward: dy at the fragment's 3 future rows */
+    const uint16_t *future_x; /* backward with an activation: x at those rows */
+    int64_t ld;               /* row stride in elements = channels */
+    int64_t channels;         /* stride between taps of the transposed weights */
+    int64_t local_start;      /* the fragment's first local row */
+    int64_t length;           /* the fragment's rows */
+    int64_t future_valid;     /* future rows still in the fragment's sequence (0..3): g is +0.0
+                                 beyond them */
+    int64_t c0, c1;           /* channel strip */
 } cake_row_span;
 
+/* Which variant of the op a kernel runs: bit 0 bias, bit 1 SiLU. */
+enum { CAKE_VARIANT_BIAS = 1, CAKE_VARIANT_SILU = 2, CAKE_VARIANT_COUNT = 4 };
+
+/* Weights as the kernels read them: [tap][parity][channels / 2], taps 0..3 then, with a bias,
+ * the bias as a fifth row. */
+#define CAKE_CPU_WEIGHT_ROWS(variant) (4 + ((variant)&CAKE_VARIANT_BIAS))
+
 typedef struct cake_cpu_kernels {
-    /* y rows [t0, t1) of the span; wt = weights as [tap][parity][channels / 2]. */
+    /* y rows [t0, t1) of the span. */
     void (*forward_span)(const cake_row_span *s, int64_t t0, int64_t t1, const float *wt,
-                         uint16_t *y);
-    /* dx rows [t0, t1), and the dw partials += dy * x(t-3+k) in row order; partial holds
-     * 4 * (c1 - c0) floats laid out [parity][tap][(c1 - c0) / 2]. */
+                         int variant, uint16_t *y);
+    /* dx rows [t0, t1), and the block partials in row order: dw += g * x(t-3+k) and, with a
+     * bias, dbias += g. partial holds taps * (c1 - c0) floats laid out
+     * [parity][tap][(c1 - c0) / 2], taps = CAKE_CPU_WEIGHT_ROWS(variant). */
     void (*backward_span)(const cake_row_span *s, int64_t t0, int64_t t1, const float *wt,
-                          uint16_t *dx, float *partial);
+                          int variant, uint16_t *dx, float *partial);
+    /* dst[i] = left[i] + right[i]; dst may be left. */
     void (*add_partials)(float *dst, const float *left, const float *right, int64_t n);
 } cake_cpu_kernels;
 

@@ -144,6 +144,7 @@ cake_call_args cake_call_args_of(const cake_ctx *ctx, const cake_call *call, int
     cake_call_args a = {.num_tensors = call->num_tensors, .channels = call->channels,
                         .rows = cake_plan_local_rows(ctx->plan),
                         .pool_rows = cake_plan_pool_rows(ctx->plan), .x = call->x, .w = call->w,
+                        .params = call->params,
                         .history = (const cake_bf16 *const *)call->history, .backward = backward};
     if (backward) {
         a.dy = call->dy;
@@ -228,7 +229,7 @@ static cake_status store_entry(cake_ctx *ctx, const cake_backend *backend, const
 
 cake_status cake_ctx_run_forward(cake_ctx *ctx, const cake_backend *backend, const cake_call *call) {
     CAKE_CHECK(check_usable(ctx));
-    const cake_conv_entry *saved = cake_handle_conv(call->handle);
+    cake_conv_entry *saved = cake_handle_conv(call->handle);
     CAKE_CHECK(check_handle(ctx, backend, saved, call));
     CAKE_CHECK(check_round(ctx, call, 0, saved != NULL));
     ctx->stats.forward_calls++;

@@ -7,42 +7,61 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cake_status exchange(cake_ctx *ctx, cake_pool_kind kind, const cake_call *call,
-                            const cake_bf16 *const *rows, cake_bf16 *const *pools) {
-    cake_fill_local_pool_rows(ctx->plan, kind, call->num_tensors, call->channels, rows, pools);
-    ctx->stats.rows_copied += cake_plan_local_halo_rows(ctx->plan, kind) * call->num_tensors;
+/* Fills one direction's pools: the exchange first, so that a failed exchange leaves them as
+ * they were (the forward's history is an output), then the rows this rank holds itself. */
+static cake_status exchange(cake_ctx *ctx, cake_pool_kind kind, const cake_pool_tensors *t) {
     const cake_status status = cake_exchange_host(
         &ctx->lists[kind], &ctx->transport,
         kind == CAKE_POOL_HISTORY ? CAKE_TAG_HISTORY : CAKE_TAG_FUTURE, ctx->group.timeout_seconds,
-        call->num_tensors, call->channels, rows, pools, &ctx->staging, &ctx->stats);
-    return status == CAKE_SUCCESS ? status : cake_ctx_exchange_failed(ctx, status);
+        t->count, t->channels, t->rows, t->pools, &ctx->staging, &ctx->stats);
+    if (status != CAKE_SUCCESS) return cake_ctx_exchange_failed(ctx, status);
+    cake_fill_local_pool_rows(ctx->plan, kind, t->count, t->channels, t->rows, t->pools);
+    ctx->stats.rows_copied += cake_plan_local_halo_rows(ctx->plan, kind) * t->count;
+    return CAKE_SUCCESS;
 }
 
 static cake_status host_forward_halo(cake_ctx *ctx, const cake_call *call) {
-    return exchange(ctx, CAKE_POOL_HISTORY, call, call->x, call->history);
+    cake_pool_tensors t;
+    CAKE_CHECK(cake_pool_tensors_make(CAKE_POOL_HISTORY, cake_plan_pool_rows(ctx->plan),
+                                      call->params, call->num_tensors, call->channels, call->x,
+                                      NULL, call->history, &t));
+    const cake_status status = exchange(ctx, CAKE_POOL_HISTORY, &t);
+    cake_pool_tensors_free(&t);
+    return status;
 }
 
 static cake_status host_forward_compute(cake_ctx *ctx, const cake_call *call) {
     return cake_cpu_forward(ctx->plan, call->num_tensors, call->channels, call->x, call->w,
-                            (const cake_bf16 *const *)call->history, call->y, &ctx->cpu);
+                            call->params, (const cake_bf16 *const *)call->history, call->y,
+                            &ctx->cpu);
 }
 
 static cake_status host_backward(cake_ctx *ctx, const cake_call *call) {
     const int n = call->num_tensors;
+    const int64_t pool_rows = cake_plan_pool_rows(ctx->plan);
     cake_bf16 **future = calloc((size_t)n, sizeof *future);
     if (!future) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
-    cake_status status = cake_alloc_pools(ctx->plan, n, call->channels, future);
-    if (status == CAKE_SUCCESS) {
-        status = exchange(ctx, CAKE_POOL_FUTURE, call, call->dy, future);
-        if (status == CAKE_SUCCESS)
-            status = cake_cpu_backward(ctx->plan, n, call->channels, call->x, call->w,
-                                       (const cake_bf16 *const *)call->history, call->dy,
-                                       (const cake_bf16 *const *)future, call->dx, call->dw,
-                                       &ctx->cpu);
-        free(future[0]);
-    }
+    cake_pool_tensors t = {0};
+    cake_status status = cake_alloc_pools(cake_future_pool_rows(call->params, pool_rows), n,
+                                          call->channels, future);
+    if (status == CAKE_SUCCESS)
+        status = cake_pool_tensors_make(CAKE_POOL_FUTURE, pool_rows, call->params, n,
+                                        call->channels, call->x, call->dy, future, &t);
+    if (status == CAKE_SUCCESS) status = exchange(ctx, CAKE_POOL_FUTURE, &t);
+    if (status == CAKE_SUCCESS)
+        status = cake_cpu_backward(ctx->plan, n, call->channels, call->x, call->w, call->params,
+                                   (const cake_bf16 *const *)call->history, call->dy,
+                                   (const cake_bf16 *const *)future, call->dx, call->dw,
+                                   &ctx->cpu);
+    cake_pool_tensors_free(&t);
+    free(future[0]);
     free(future);
     return status;
+}
+
+static void host_free(void *pools, void *stream) {
+    (void)stream;
+    free(pools);
 }
 
 static cake_status host_save_pools(cake_ctx *ctx, const cake_call *call, cake_conv_entry *e) {
@@ -51,8 +70,7 @@ static cake_status host_save_pools(cake_ctx *ctx, const cake_call *call, cake_co
     cake_bf16 *dst = malloc(sizeof(cake_bf16) * (size_t)(elems > 0 ? elems : 1));
     if (!dst) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for the recompute handle");
     e->pools = dst;
-    e->pool_bytes = (int64_t)sizeof(cake_bf16) * elems;
-    e->free_pools = free;
+    e->free_pools = host_free;
     for (int i = 0; i < call->num_tensors; i++) {
         const int64_t count = pool_rows * call->channels[i];
         if (count > 0) memcpy(dst, call->history[i], sizeof(cake_bf16) * (size_t)count);
@@ -61,7 +79,7 @@ static cake_status host_save_pools(cake_ctx *ctx, const cake_call *call, cake_co
     return CAKE_SUCCESS;
 }
 
-static cake_status host_load_pools(cake_ctx *ctx, const cake_call *call, const cake_conv_entry *e) {
+static cake_status host_load_pools(cake_ctx *ctx, const cake_call *call, cake_conv_entry *e) {
     (void)ctx;
     const cake_bf16 *src = e->pools;
     for (int i = 0; i < call->num_tensors; i++) {
@@ -90,40 +108,43 @@ static cake_status backward(cake_ctx *ctx, const cake_call *call) {
 }
 
 cake_status cake_forward(cake_ctx *ctx, int64_t channels, const cake_bf16 *x, const float *w,
-                         cake_bf16 *y, cake_bf16 *history, cake_recompute_handle *handle) {
+                         const cake_conv_params *params, cake_bf16 *y, cake_bf16 *history,
+                         cake_recompute_handle *handle) {
     cake_clear_error();
     const cake_call call = {.multi = 0, .num_tensors = 1, .channels = &channels, .x = &x, .w = &w,
-                            .y = &y, .history = &history, .handle = handle};
+                            .params = params, .y = &y, .history = &history, .handle = handle};
     return forward(ctx, &call);
 }
 
 cake_status cake_backward(cake_ctx *ctx, int64_t channels, const cake_bf16 *x, const float *w,
-                          const cake_bf16 *history, const cake_bf16 *dy, cake_bf16 *dx,
-                          float *dw) {
+                          const cake_conv_params *params, const cake_bf16 *history,
+                          const cake_bf16 *dy, cake_bf16 *dx, float *dw) {
     cake_clear_error();
     cake_bf16 *h = (cake_bf16 *)history; /* read only in the backward */
     const cake_call call = {.multi = 0, .num_tensors = 1, .channels = &channels, .x = &x, .w = &w,
-                            .history = &h, .dy = &dy, .dx = &dx, .dw = &dw};
+                            .params = params, .history = &h, .dy = &dy, .dx = &dx, .dw = &dw};
     return backward(ctx, &call);
 }
 
 cake_status cake_forward_multi(cake_ctx *ctx, int num_tensors, const int64_t *channels,
                                const cake_bf16 *const *x, const float *const *w,
-                               cake_bf16 *const *y, cake_bf16 *const *history,
-                               cake_recompute_handle *handle) {
+                               const cake_conv_params *params, cake_bf16 *const *y,
+                               cake_bf16 *const *history, cake_recompute_handle *handle) {
     cake_clear_error();
     const cake_call call = {.multi = 1, .num_tensors = num_tensors, .channels = channels, .x = x,
-                            .w = w, .y = y, .history = history, .handle = handle};
+                            .w = w, .params = params, .y = y, .history = history,
+                            .handle = handle};
     return forward(ctx, &call);
 }
 
 cake_status cake_backward_multi(cake_ctx *ctx, int num_tensors, const int64_t *channels,
                                 const cake_bf16 *const *x, const float *const *w,
-                                const cake_bf16 *const *history, const cake_bf16 *const *dy,
-                                cake_bf16 *const *dx, float *const *dw) {
+                                const cake_conv_params *params, const cake_bf16 *const *history,
+                                const cake_bf16 *const *dy, cake_bf16 *const *dx,
+                                float *const *dw) {
     cake_clear_error();
     const cake_call call = {.multi = 1, .num_tensors = num_tensors, .channels = channels, .x = x,
-                            .w = w, .history = (cake_bf16 *const *)history, .dy = dy, .dx = dx,
-                            .dw = dw};
+                            .w = w, .params = params, .history = (cake_bf16 *const *)history,
+                            .dy = dy, .dx = dx, .dw = dw};
     return backward(ctx, &call);
 }

@@ -31,6 +31,7 @@ typedef struct cake_call {
     const int64_t *channels;
     const cake_bf16 *const *x;
     const float *const *w;
+    const cake_conv_params *params; /* NULL: the plain op */
     cake_bf16 *const *y;
     cake_bf16 *const *history;
     const cake_bf16 *const *dy;
@@ -46,12 +47,13 @@ typedef struct cake_backend {
     /* The history pools: local rows, +0.0 rows, and the forward exchange. */
     cake_status (*forward_halo)(cake_ctx *ctx, const cake_call *call);
     cake_status (*forward_compute)(cake_ctx *ctx, const cake_call *call);
-    /* The future pools (made and freed here), the backward exchange, dx and dw. */
+    /* The future pools (made and freed here), the backward exchange, dx, dw and dbias. */
     cake_status (*backward)(cake_ctx *ctx, const cake_call *call);
-    /* Copy the history pools into a new handle entry (pools, pool_bytes, free_pools). */
+    /* Copy the history pools into a new handle entry (pools, stream, free_pools); on failure
+     * the entry holds nothing. */
     cake_status (*save_pools)(cake_ctx *ctx, const cake_call *call, cake_conv_entry *entry);
-    /* Copy a filled entry's pools into the call's history. */
-    cake_status (*load_pools)(cake_ctx *ctx, const cake_call *call, const cake_conv_entry *entry);
+    /* Copy a filled entry's pools into the call's history (and note the stream that read them). */
+    cake_status (*load_pools)(cake_ctx *ctx, const cake_call *call, cake_conv_entry *entry);
 } cake_backend;
 
 /* Argument arrays of a call, for cake_check_call_args. */

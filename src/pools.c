@@ -1,5 +1,6 @@
 #include "pools.h"
 
+#include "args.h"
 #include "internal.h"
 
 #include <stdlib.h>
@@ -26,9 +27,8 @@ void cake_fill_local_pool_rows(const cake_plan *plan, cake_pool_kind kind, int n
     }
 }
 
-cake_status cake_alloc_pools(const cake_plan *plan, int num_tensors, const int64_t *channels,
+cake_status cake_alloc_pools(int64_t pool_rows, int num_tensors, const int64_t *channels,
                              cake_bf16 **pools) {
-    const int64_t pool_rows = cake_plan_pool_rows(plan);
     int64_t total = 0;
     for (int i = 0; i < num_tensors; i++) total += pool_rows * channels[i];
     cake_bf16 *base = malloc(sizeof(cake_bf16) * (size_t)(total > 0 ? total : 1));
@@ -49,4 +49,38 @@ int64_t cake_plan_local_halo_rows(const cake_plan *plan, cake_pool_kind kind) {
         for (int j = 0; j < CAKE_HALO_ROWS; j++)
             count += (kind == CAKE_POOL_HISTORY ? fragments[f].history : fragments[f].future)[j].is_local;
     return count;
+}
+
+cake_status cake_pool_tensors_make(cake_pool_kind kind, int64_t pool_rows,
+                                   const cake_conv_params *params, int num_tensors,
+                                   const int64_t *channels, const cake_bf16 *const *x,
+                                   const cake_bf16 *const *dy, cake_bf16 *const *pools,
+                                   cake_pool_tensors *out) {
+    const int with_x = kind == CAKE_POOL_FUTURE &&
+                       cake_future_pool_rows(params, pool_rows) != pool_rows;
+    const int count = with_x ? 2 * num_tensors : num_tensors;
+    *out = (cake_pool_tensors){count, malloc(sizeof(int64_t) * (size_t)count),
+                               malloc(sizeof(cake_bf16 *) * (size_t)count),
+                               malloc(sizeof(cake_bf16 *) * (size_t)count)};
+    if (!out->channels || !out->rows || !out->pools) {
+        cake_pool_tensors_free(out);
+        return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for %d pool tensors", count);
+    }
+    for (int i = 0; i < num_tensors; i++) {
+        out->channels[i] = channels[i];
+        out->rows[i] = kind == CAKE_POOL_HISTORY ? x[i] : dy[i];
+        out->pools[i] = pools[i];
+        if (!with_x) continue;
+        out->channels[num_tensors + i] = channels[i];
+        out->rows[num_tensors + i] = x[i];
+        out->pools[num_tensors + i] = pools[i] ? pools[i] + pool_rows * channels[i] : NULL;
+    }
+    return CAKE_SUCCESS;
+}
+
+void cake_pool_tensors_free(cake_pool_tensors *t) {
+    free(t->channels);
+    free(t->rows);
+    free(t->pools);
+    *t = (cake_pool_tensors){0};
 }

@@ -16,8 +16,27 @@ void cake_fill_local_pool_rows(const cake_plan *plan, cake_pool_kind kind, int n
 /* Halo rows of the plan (one tensor) that the rank holds itself: copied, not exchanged. */
 int64_t cake_plan_local_halo_rows(const cake_plan *plan, cake_pool_kind kind);
 
-/* Allocates one pool per tensor in a single block (pools[0] owns it; free(pools[0])). */
-cake_status cake_alloc_pools(const cake_plan *plan, int num_tensors, const int64_t *channels,
+/* Allocates one pool of `pool_rows` rows per tensor in a single block (pools[0] owns it;
+ * free(pools[0])). */
+cake_status cake_alloc_pools(int64_t pool_rows, int num_tensors, const int64_t *channels,
                              cake_bf16 **pools);
+
+/* The arrays one direction's pools are filled from, as a list of `count` tensors: the history
+ * pools from x; the future pools from dy and, with an activation, their second half (rows
+ * pool_rows..) from x at the same rows, so that the receiver can recompute the activation's
+ * input there (docs/NUMERICS.md). One exchange carries them all. */
+typedef struct cake_pool_tensors {
+    int count; /* num_tensors, or 2 * num_tensors for the future pools with an activation */
+    int64_t *channels;
+    const cake_bf16 **rows;
+    cake_bf16 **pools;
+} cake_pool_tensors;
+
+cake_status cake_pool_tensors_make(cake_pool_kind kind, int64_t pool_rows,
+                                   const cake_conv_params *params, int num_tensors,
+                                   const int64_t *channels, const cake_bf16 *const *x,
+                                   const cake_bf16 *const *dy, cake_bf16 *const *pools,
+                                   cake_pool_tensors *out);
+void cake_pool_tensors_free(cake_pool_tensors *tensors);
 
 #endif

@@ -29,7 +29,7 @@ cake_status cake_recompute_handle_create(cake_recompute_handle **out) {
 
 static void free_conv(cake_conv_entry *conv) {
     free(conv->channels);
-    if (conv->pools && conv->free_pools) conv->free_pools(conv->pools);
+    if (conv->pools && conv->free_pools) conv->free_pools(conv->pools, conv->stream);
     memset(conv, 0, sizeof *conv);
 }
 
@@ -140,7 +140,7 @@ cake_status cake_recompute_handle_erase(cake_recompute_handle *h, const char *ke
     return CAKE_SUCCESS;
 }
 
-const cake_conv_entry *cake_handle_conv(const cake_recompute_handle *h) {
+cake_conv_entry *cake_handle_conv(cake_recompute_handle *h) {
     return h && h->has_conv ? &h->conv : NULL;
 }
 

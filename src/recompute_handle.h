@@ -16,12 +16,12 @@ typedef struct cake_conv_entry {
     int rank;
     int device;           /* -1: pools in host memory; else the CUDA device holding them */
     void *pools;          /* the history pools, tensor after tensor */
-    int64_t pool_bytes;
-    void (*free_pools)(void *pools); /* host free or a device free */
+    void *stream;         /* device pools: the stream that used them last, which frees them */
+    void (*free_pools)(void *pools, void *stream); /* a host free or a stream-ordered free */
 } cake_conv_entry;
 
 /* The filled "conv" entry, or NULL. */
-const cake_conv_entry *cake_handle_conv(const cake_recompute_handle *handle);
+cake_conv_entry *cake_handle_conv(cake_recompute_handle *handle);
 /* Takes ownership of entry->channels and entry->pools (freed with entry->free_pools). */
 cake_status cake_handle_store_conv(cake_recompute_handle *handle, const cake_conv_entry *entry);
 

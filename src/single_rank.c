@@ -43,32 +43,38 @@ static cake_status single_init(single *s, const int64_t *cu_seqlens, int64_t num
         if (!s->history || (call->backward && !s->future))
             status = cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
     }
-    if (status == CAKE_SUCCESS) status = cake_alloc_pools(s->plan, n, call->channels, s->history);
+    const int64_t pool_rows = cake_plan_pool_rows(s->plan);
+    if (status == CAKE_SUCCESS) status = cake_alloc_pools(pool_rows, n, call->channels, s->history);
     if (status == CAKE_SUCCESS && call->backward)
-        status = cake_alloc_pools(s->plan, n, call->channels, s->future);
-    if (status != CAKE_SUCCESS) {
-        single_free(s);
-        return status;
+        status = cake_alloc_pools(cake_future_pool_rows(call->params, pool_rows), n,
+                                  call->channels, s->future);
+    for (int kind = CAKE_POOL_HISTORY; kind <= CAKE_POOL_FUTURE && status == CAKE_SUCCESS; kind++) {
+        if (kind == CAKE_POOL_FUTURE && !call->backward) break;
+        cake_pool_tensors t;
+        status = cake_pool_tensors_make((cake_pool_kind)kind, pool_rows, call->params, n,
+                                        call->channels, call->x, call->dy,
+                                        kind == CAKE_POOL_HISTORY ? s->history : s->future, &t);
+        if (status != CAKE_SUCCESS) break;
+        if (cake_plan_local_rows(s->plan) > 0)
+            cake_fill_local_pool_rows(s->plan, (cake_pool_kind)kind, t.count, t.channels, t.rows,
+                                      t.pools);
+        cake_pool_tensors_free(&t);
     }
-    if (cake_plan_local_rows(s->plan) > 0) {
-        cake_fill_local_pool_rows(s->plan, CAKE_POOL_HISTORY, n, call->channels, call->x, s->history);
-        if (call->backward)
-            cake_fill_local_pool_rows(s->plan, CAKE_POOL_FUTURE, n, call->channels, call->dy,
-                                      s->future);
-    }
-    return CAKE_SUCCESS;
+    if (status != CAKE_SUCCESS) single_free(s);
+    return status;
 }
 
 cake_status cake_cpu_forward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
                                          int num_tensors, const int64_t *channels,
                                          const cake_bf16 *const *x, const float *const *w,
-                                         cake_bf16 *const *y, const cake_cpu_options *options) {
+                                         const cake_conv_params *params, cake_bf16 *const *y,
+                                         const cake_cpu_options *options) {
     cake_clear_error();
     const cake_call_args call = {.num_tensors = num_tensors, .channels = channels, .x = x,
-                                 .w = w, .y = y};
+                                 .w = w, .params = params, .y = y};
     single s;
     CAKE_CHECK(single_init(&s, cu_seqlens, num_seqs, &call));
-    cake_status status = cake_cpu_forward(s.plan, num_tensors, channels, x, w,
+    cake_status status = cake_cpu_forward(s.plan, num_tensors, channels, x, w, params,
                                           (const cake_bf16 *const *)s.history, y, options);
     single_free(&s);
     return status;
@@ -77,14 +83,16 @@ cake_status cake_cpu_forward_single_rank(const int64_t *cu_seqlens, int64_t num_
 cake_status cake_cpu_backward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
                                           int num_tensors, const int64_t *channels,
                                           const cake_bf16 *const *x, const float *const *w,
+                                          const cake_conv_params *params,
                                           const cake_bf16 *const *dy, cake_bf16 *const *dx,
                                           float *const *dw, const cake_cpu_options *options) {
     cake_clear_error();
     const cake_call_args call = {.num_tensors = num_tensors, .channels = channels, .x = x,
-                                 .w = w, .dy = dy, .dx = dx, .dw = dw, .backward = 1};
+                                 .w = w, .params = params, .dy = dy, .dx = dx, .dw = dw,
+                                 .backward = 1};
     single s;
     CAKE_CHECK(single_init(&s, cu_seqlens, num_seqs, &call));
-    cake_status status = cake_cpu_backward(s.plan, num_tensors, channels, x, w,
+    cake_status status = cake_cpu_backward(s.plan, num_tensors, channels, x, w, params,
                                            (const cake_bf16 *const *)s.history, dy,
                                            (const cake_bf16 *const *)s.future, dx, dw, options);
     single_free(&s);

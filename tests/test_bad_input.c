@@ -168,16 +168,18 @@ enum { FWD = 1, BWD = 2, SFWD = 4, SBWD = 8, PLANNED = FWD | BWD, SINGLE = SFWD 
 static cake_status invoke(const call *c, int which) {
     switch (which) {
     case FWD:
-        return cake_cpu_forward(c->plan, c->n, c->channels, c->x, c->w, c->history, c->y,
+        return cake_cpu_forward(c->plan, c->n, c->channels, c->x, c->w, NULL, c->history, c->y,
                                 c->options);
     case BWD:
-        return cake_cpu_backward(c->plan, c->n, c->channels, c->x, c->w, c->history, c->dy,
+        return cake_cpu_backward(c->plan, c->n, c->channels, c->x, c->w, NULL, c->history, c->dy,
                                  c->future, c->dx, c->dw, c->options);
     case SFWD:
-        return cake_cpu_forward_single_rank(c->cu, c->num_seqs, c->n, c->channels, c->x, c->w, c->y,
+        return cake_cpu_forward_single_rank(c->cu, c->num_seqs, c->n, c->channels, c->x, c->w,
+                                            NULL, c->y,
                                             c->options);
     default:
         return cake_cpu_backward_single_rank(c->cu, c->num_seqs, c->n, c->channels, c->x, c->w,
+                                             NULL,
                                              c->dy, c->dx, c->dw, c->options);
     }
 }

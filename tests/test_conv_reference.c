@@ -64,8 +64,9 @@ static void test_hand_taps(void **state) {
     const float *ws[] = {w};
     cake_bf16 *ys[] = {y}, *dxs[] = {dx};
     float *dws[] = {dw};
-    TU_OK(cake_cpu_forward_single_rank(cu, 1, 1, ch, xs, ws, ys, NULL));
-    TU_OK(cake_cpu_backward_single_rank(cu, 1, 1, ch, xs, ws, xs, dxs, dws, NULL)); /* dy = x */
+    TU_OK(cake_cpu_forward_single_rank(cu, 1, 1, ch, xs, ws, NULL, ys, NULL));
+    TU_OK(cake_cpu_backward_single_rank(cu, 1, 1, ch, xs, ws, NULL, xs, dxs, dws,
+                                        NULL)); /* dy = x */
     ref_forward(cu, 1, C, x, w, ry);
     ref_backward_dx(cu, 1, C, x, w, rdx);
     for (int t = 0; t < T; t++)
@@ -104,7 +105,7 @@ static void test_hand_tree(void **state) {
     const float *ws[] = {w};
     cake_bf16 *dxs[] = {dx};
     float *dws[] = {dw};
-    TU_OK(cake_cpu_backward_single_rank(cu, 1, 1, ch, xs, ws, dys, dxs, dws, NULL));
+    TU_OK(cake_cpu_backward_single_rank(cu, 1, 1, ch, xs, ws, NULL, dys, dxs, dws, NULL));
     ref_dw(cu, 1, C, x, dy, l2g, T, rdw);
     for (int c = 0; c < C; c++)
         for (int k = 0; k < 4; k++) {

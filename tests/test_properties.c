@@ -104,7 +104,7 @@ static void test_isa_paths(void **state) {
             const float *ws[] = {w};
             cake_bf16 *ys[] = {y};
             cake_cpu_options o = {1, (cake_cpu_isa)isa};
-            cake_status st = cake_cpu_forward_single_rank(cu, 1, 1, ch, xs, ws, ys, &o);
+            cake_status st = cake_cpu_forward_single_rank(cu, 1, 1, ch, xs, ws, NULL, ys, &o);
             TU_CHECK(st == CAKE_ERROR_UNSUPPORTED, "unsupported isa %s: status %s", name,
                      cake_status_string(st));
         }
@@ -465,8 +465,8 @@ static void test_empty_rank(void **state) {
     float zeros[64] = {0};
     memset(dw0, 0x5a, sizeof dw0);
     memset(dw1, 0x5a, sizeof dw1);
-    TU_OK(cake_cpu_forward(plan, 2, ch, none, ws, none, nout, NULL));
-    TU_OK(cake_cpu_backward(plan, 2, ch, none, ws, none, none, none, nout, dws, NULL));
+    TU_OK(cake_cpu_forward(plan, 2, ch, none, ws, NULL, none, nout, NULL));
+    TU_OK(cake_cpu_backward(plan, 2, ch, none, ws, NULL, none, none, none, nout, dws, NULL));
     TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
              "empty rank: dw is not +0.0");
 
@@ -476,7 +476,7 @@ static void test_empty_rank(void **state) {
     memcpy(out1, sentinel, sizeof out1);
     const cake_bf16 *some[] = {in, in};
     cake_bf16 *sout[] = {out0, out1};
-    TU_OK(cake_cpu_forward(plan, 2, ch, some, ws, some, sout, NULL));
+    TU_OK(cake_cpu_forward(plan, 2, ch, some, ws, NULL, some, sout, NULL));
     TU_CHECK(memcmp(out0, sentinel, sizeof out0) == 0 && memcmp(out1, sentinel, sizeof out1) == 0,
              "empty rank wrote through y");
     cake_plan_destroy(plan);
@@ -487,8 +487,9 @@ static void test_empty_rank(void **state) {
     for (int ns = 0; ns <= 2; ns += 2) {
         memset(dw0, 0x5a, sizeof dw0);
         memset(dw1, 0x5a, sizeof dw1);
-        TU_OK(cake_cpu_forward_single_rank(cu_empty, ns, 2, ch, none, ws, nout, NULL));
-        TU_OK(cake_cpu_backward_single_rank(cu_empty, ns, 2, ch, none, ws, none, nout, dws, NULL));
+        TU_OK(cake_cpu_forward_single_rank(cu_empty, ns, 2, ch, none, ws, NULL, nout, NULL));
+        TU_OK(cake_cpu_backward_single_rank(cu_empty, ns, 2, ch, none, ws, NULL, none, nout, dws,
+                                            NULL));
         TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
                  "T = 0: dw is not +0.0");
     }

@@ -93,7 +93,8 @@ static void test_weight_bytes_overflow(void **state) {
     float *dws[] = {w}; /* dw is w: a bad call whatever the channel count */
     const cake_cpu_options opt = {1, CAKE_CPU_ISA_AUTO};
     cake_status st = cake_cpu_backward_single_rank(cu, 0, 1, &C, (const cake_bf16 *const *)rows,
-                                                   ws, (const cake_bf16 *const *)rows, rows, dws,
+                                                   ws, NULL, (const cake_bf16 *const *)rows, rows,
+                                                       dws,
                                                    &opt);
     TU_CHECK(st == CAKE_ERROR_INVALID_ARGUMENT &&
                  (tu_msg_names(cake_last_error(), "channels[0]") ||
@@ -109,7 +110,7 @@ static void test_weight_bytes_overflow(void **state) {
     TU_OK(cake_partition_create_contiguous(two_seqs, 2, 8, &part));
     TU_OK(cake_plan_create(part, 7, &plan)); /* 5 rows over 8 ranks: rank 7 has none */
     cake_bf16 *ys[] = {NULL};
-    st = cake_cpu_forward(plan, 1, &C60, (const cake_bf16 *const *)rows, ws,
+    st = cake_cpu_forward(plan, 1, &C60, (const cake_bf16 *const *)rows, ws, NULL,
                           (const cake_bf16 *const *)rows, ys, &opt);
     TU_CHECK(st == CAKE_SUCCESS || (st == CAKE_ERROR_INVALID_ARGUMENT &&
                                     tu_msg_names(cake_last_error(), "channels[0]")),
@@ -138,9 +139,9 @@ static void test_single_rank_pool_overflow(void **state) {
     const float *ws[] = {w};
     cake_bf16 *ys[] = {y}, *dxs[] = {dx};
     float *dws[] = {dw};
-    tu_expect_invalid(cake_cpu_forward_single_rank(cu, 3, 1, &C, xs, ws, ys, NULL),
+    tu_expect_invalid(cake_cpu_forward_single_rank(cu, 3, 1, &C, xs, ws, NULL, ys, NULL),
                       "cake_cpu_forward_single_rank", "channels[0]", TU_NO_VALUE, 0);
-    tu_expect_invalid(cake_cpu_backward_single_rank(cu, 3, 1, &C, xs, ws, xs, dxs, dws, NULL),
+    tu_expect_invalid(cake_cpu_backward_single_rank(cu, 3, 1, &C, xs, ws, NULL, xs, dxs, dws, NULL),
                       "cake_cpu_backward_single_rank", "channels[0]", TU_NO_VALUE, 0);
     TU_CHECK(untouched(y, bytes) && untouched(dx, bytes) && untouched(dw, 32 * sizeof(float)),
              "an output was written on failure");
@@ -163,7 +164,7 @@ static void test_single_rank_checks_before_allocating(void **state) {
     const float *ws[] = {w};
     cake_bf16 y[8];
     cake_bf16 *ys[] = {y};
-    tu_expect_invalid(cake_cpu_forward_single_rank(cu, 3, 1, &C, xs, ws, ys, NULL),
+    tu_expect_invalid(cake_cpu_forward_single_rank(cu, 3, 1, &C, xs, ws, NULL, ys, NULL),
                       "cake_cpu_forward_single_rank", "x[0]", TU_NULL, 0);
 }
 

@@ -560,9 +560,10 @@ cake_status tu_run_rank(const tu_problem *pb, const tu_partition *tp, int rank,
     }
     for (int i = 0; i < pb->n && st == CAKE_SUCCESS; i += one_by_one ? 1 : pb->n) {
         int k = one_by_one ? 1 : pb->n;
-        st = cake_cpu_forward(plan, k, pb->C + i, x + i, w + i, hist + i, out->y + i, opt);
+        st = cake_cpu_forward(plan, k, pb->C + i, x + i, w + i, NULL, hist + i, out->y + i, opt);
         if (st == CAKE_SUCCESS)
-            st = cake_cpu_backward(plan, k, pb->C + i, x + i, w + i, hist + i, dy + i, fut + i,
+            st = cake_cpu_backward(plan, k, pb->C + i, x + i, w + i, NULL, hist + i, dy + i,
+                                   fut + i,
                                    out->dx + i, out->dw + i, opt);
         if (st != CAKE_SUCCESS)
             tu_report("rank %d: forward/backward failed: %s", rank, cake_last_error());
@@ -588,9 +589,10 @@ cake_status tu_run_single(const tu_problem *pb, const cake_cpu_options *opt, tu_
         w[i] = pb->w[i];
     }
     cake_status st =
-        cake_cpu_forward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, out->y, opt);
+        cake_cpu_forward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, NULL, out->y, opt);
     if (st == CAKE_SUCCESS)
-        st = cake_cpu_backward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, dy, out->dx,
+        st = cake_cpu_backward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, NULL, dy,
+                                           out->dx,
                                            out->dw, opt);
     if (st != CAKE_SUCCESS)
         tu_report("single-rank forward/backward failed: %s", cake_last_error());

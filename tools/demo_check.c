@@ -42,7 +42,8 @@ void demo_check_dw(demo_run *run) {
     const cake_cpu_options cpu = {run->threads, CAKE_CPU_ISA_AUTO};
     /* dx goes to the spare buffers of later iterations: only dw is compared here */
     status = cake_cpu_backward(plan, run->n, run->channels, (const cake_bf16 *const *)run->x,
-                               (const float *const *)run->w, (const cake_bf16 *const *)history,
+                               (const float *const *)run->w, NULL,
+                                   (const cake_bf16 *const *)history,
                                (const cake_bf16 *const *)run->dy,
                                (const cake_bf16 *const *)future, run->dx[1], dw, &cpu);
     if (status != CAKE_SUCCESS) demo_die(run, "cake_cpu_backward (dw reference)", status);
@@ -84,13 +85,13 @@ static void single_rank(demo_run *run, cake_bf16 **y, cake_bf16 **dx, float *dw_
     t = MPI_Wtime();
     cake_status status = cake_cpu_forward_single_rank(
         run->cu_seqlens, run->num_seqs, run->n, run->channels, (const cake_bf16 *const *)x,
-        (const float *const *)run->w, y, &cpu);
+        (const float *const *)run->w, NULL, y, &cpu);
     run->single_forward_time = MPI_Wtime() - t;
     if (status != CAKE_SUCCESS) demo_die(run, "cake_cpu_forward_single_rank", status);
     t = MPI_Wtime();
     status = cake_cpu_backward_single_rank(
         run->cu_seqlens, run->num_seqs, run->n, run->channels, (const cake_bf16 *const *)x,
-        (const float *const *)run->w, (const cake_bf16 *const *)dy, dx, dw, &cpu);
+        (const float *const *)run->w, NULL, (const cake_bf16 *const *)dy, dx, dw, &cpu);
     run->single_backward_time = MPI_Wtime() - t;
     if (status != CAKE_SUCCESS) demo_die(run, "cake_cpu_backward_single_rank", status);
     for (int i = 0; i < run->n; i++) {

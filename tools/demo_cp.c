@@ -71,7 +71,7 @@ void demo_run_cp(demo_run *run) {
         double t = MPI_Wtime();
         cake_status status = cake_forward_multi(
             run->ctx, run->n, run->channels, (const cake_bf16 *const *)run->x,
-            (const float *const *)run->w, run->y[set], run->history, NULL);
+            (const float *const *)run->w, NULL, run->y[set], run->history, NULL);
         run->forward_times[it] = MPI_Wtime() - t;
         if (status != CAKE_SUCCESS) demo_die(run, "cake_forward_multi", status);
         get_stats(run, &s1);
@@ -79,7 +79,8 @@ void demo_run_cp(demo_run *run) {
         MPI_Barrier(run->comm);
         t = MPI_Wtime();
         status = cake_backward_multi(run->ctx, run->n, run->channels,
-                                     (const cake_bf16 *const *)run->x, (const float *const *)run->w,
+                                     (const cake_bf16 *const *)run->x,
+                                         (const float *const *)run->w, NULL,
                                      (const cake_bf16 *const *)run->history,
                                      (const cake_bf16 *const *)run->dy, run->dx[set], run->dw[set]);
         run->backward_times[it] = MPI_Wtime() - t;

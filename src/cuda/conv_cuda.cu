@@ -30,11 +30,12 @@ __device__ __forceinline__ int64_t first_item() {
 __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
 /* Forward items: (run of rows, channel pair); consecutive threads take consecutive pairs. */
+template <int V>
 __device__ void forward_items(const ConvArgs &a) {
     for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
         const int64_t local = item - T.work_begin, pairs = T.channels / 2;
-        forward_item(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
+        forward_item<V>(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
     }
 }
 
@@ -46,63 +47,95 @@ __device__ __forceinline__ int tensor_of_dx(const ConvArgs &a, int64_t item) {
 
 /* Backward items: (dw block, channel pair), consecutive threads on consecutive pairs. Fused:
  * dx comes with the dw walk. Split: the dw walks, then the dx items (run of rows, pair). */
-template <bool kSplit>
+template <bool kSplit, int V>
 __device__ void backward_items(const ConvArgs &a) {
     for (int64_t item = first_item(); item < a.total_work + a.dx_work; item += item_stride()) {
         if (item < a.total_work) {
             const TensorArgs &T = a.t[tensor_of(a, item)];
             const int64_t local = item - T.work_begin, pairs = T.channels / 2;
-            backward_item<!kSplit>(a, T, local / pairs, 2 * (local % pairs));
+            backward_item<!kSplit, V>(a, T, local / pairs, 2 * (local % pairs));
         } else if (kSplit) {
             const int64_t dx = item - a.total_work;
             const TensorArgs &T = a.t[tensor_of_dx(a, dx)];
             const int64_t local = dx - T.dx_begin, pairs = T.channels / 2;
-            dx_item(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
+            dx_item<V>(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
         }
     }
 }
 
-/* Items of a tree pass: per tensor, (groups of 32 roots) x (4 * channels columns). */
+/* Items of a tree pass: per tensor, (groups of 32 roots) x (taps * channels columns). */
+template <int V>
 __device__ void tree_items(const ConvArgs &a, const TreePass &pass) {
     const int64_t groups = (pass.n_in + kTreeWidth - 1) / kTreeWidth;
     int64_t total = 0;
-    for (int i = 0; i < a.num_tensors; i++) total += groups * 4 * a.t[i].channels;
+    for (int i = 0; i < a.num_tensors; i++) total += groups * taps_of(V) * a.t[i].channels;
     for (int64_t item = first_item(); item < total; item += item_stride()) {
         int64_t local = item;
         int i = 0;
-        while (local >= groups * 4 * a.t[i].channels) {
-            local -= groups * 4 * a.t[i].channels;
+        while (local >= groups * taps_of(V) * a.t[i].channels) {
+            local -= groups * taps_of(V) * a.t[i].channels;
             i++;
         }
-        const int64_t cols = 4 * a.t[i].channels;
-        tree_item(a.t[i], pass, local / cols, local % cols);
+        const int64_t cols = taps_of(V) * a.t[i].channels;
+        tree_item<V>(a.t[i], pass, local / cols, local % cols);
     }
 }
 
+template <int V>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ ConvArgs a) {
-    forward_items(a);
+    forward_items<V>(a);
 }
 
-template <bool kSplit>
+template <bool kSplit, int V>
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
     backward_kernel(const __grid_constant__ ConvArgs a) {
-    backward_items<kSplit>(a);
+    backward_items<kSplit, V>(a);
 }
 
+template <int V>
 __global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ ConvArgs a,
                                                         const TreePass pass) {
-    tree_items(a, pass);
+    tree_items<V>(a, pass);
 }
 
 /* Always split: one kernel holding all three walks would not fit its registers. */
+template <int V>
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
     backward_cooperative_kernel(const __grid_constant__ ConvArgs a,
                                 const __grid_constant__ TreePlan tree) {
-    backward_items<true>(a);
+    backward_items<true, V>(a);
     for (int p = 0; p < tree.num_passes; p++) {
         cg::this_grid().sync(); /* the level below is complete */
-        tree_items(a, tree.pass[p]);
+        tree_items<V>(a, tree.pass[p]);
     }
+}
+
+/* The kernels of one variant, as host pointers (the supported set at a glance). */
+struct Kernels {
+    const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree;
+};
+
+template <int V>
+constexpr Kernels kernels_of() {
+    return {(const void *)forward_kernel<V>, (const void *)backward_kernel<false, V>,
+            (const void *)backward_kernel<true, V>, (const void *)backward_cooperative_kernel<V>,
+            (const void *)tree_kernel<V>};
+}
+
+const Kernels kKernels[kVariants] = {kernels_of<0>(), kernels_of<kBias>(), kernels_of<kSilu>(),
+                                     kernels_of<kBias | kSilu>()};
+
+int variant_of(const cake_conv_params *p) {
+    return (p->bias ? kBias : 0) | (p->activation == CAKE_ACTIVATION_SILU ? kSilu : 0);
+}
+
+/* An ordinary launch of `kernel` with `args` (pointers to its parameters). */
+cake_status launch(const void *kernel, int64_t blocks, void **args, cudaStream_t stream,
+                   const char *what) {
+    const cudaError_t err = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(kThreads), args,
+                                             0, stream);
+    if (err != cudaSuccess) return cake_fail(CAKE_ERROR_CUDA, "%s launch: %s", what, cudaGetErrorString(err));
+    return CAKE_SUCCESS;
 }
 
 /* Levels of the tree: level 0 holds num_blocks roots, each pass folds groups of 32. */
@@ -192,44 +225,51 @@ int64_t rows_per_item(int64_t rows, int64_t pairs) {
     return r;
 }
 
-/* Fills the launch arguments of tensors [first, first + count). */
-void fill_args(ConvArgs &a, const cake_cuda_plan *plan, int count, const int64_t *channels,
-               const cake_bf16 *const *x, const float *const *w, const cake_bf16 *const *history,
-               const cake_bf16 *const *dy, const cake_bf16 *const *future, cake_bf16 *const *y,
-               cake_bf16 *const *dx, float *const *dw, float *partials, int64_t roots,
-               int backward, int force_split) {
+/* Fills the launch arguments of tensors [first, first + count) of a call. */
+void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &call, int first,
+               int count, float *partials, int64_t roots, int force_split) {
+    const cake_conv_params *p = cake_params_or_default(call.params);
+    const int V = variant_of(p);
+    const int backward = call.backward;
     memset(&a, 0, sizeof a);
     a.num_tensors = count;
     a.rows = cake_cuda_plan_rows(plan);
     a.frag_start = cake_cuda_plan_frag_start(plan);
+    a.future_valid = cake_cuda_plan_future_valid(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
     int64_t pairs = 0;
-    for (int i = 0; i < count; i++) pairs += channels[i] / 2;
+    for (int i = first; i < first + count; i++) pairs += call.channels[i] / 2;
     a.rows_per_item = rows_per_item(a.rows, pairs);
     /* Too few dw blocks to fill the GPU: walk dx apart, in short runs, next to the dw chains. */
     a.split = backward && (force_split || a.num_blocks * pairs < resident_threads() / 8);
     int64_t work = 0, dx_work = 0;
-    for (int i = 0; i < count; i++) {
-        TensorArgs &T = a.t[i];
-        T.x = x[i];
-        T.w = w[i];
-        T.history = history[i];
-        T.channels = channels[i];
+    for (int k = 0; k < count; k++) {
+        const int i = first + k;
+        const int64_t C = call.channels[i];
+        TensorArgs &T = a.t[k];
+        T.x = call.x[i];
+        T.w = call.w[i];
+        T.bias = p->bias ? p->bias[i] : NULL;
+        T.history = call.history[i];
+        T.channels = C;
         T.work_begin = work;
         T.dx_begin = dx_work;
         if (backward) {
-            T.dy = dy[i];
-            T.future = future[i];
-            T.dx = dx[i];
-            T.dw = dw[i];
+            T.dy = call.dy[i];
+            T.future = call.future[i];
+            /* the x half of the future pool (cake.h) */
+            T.future_x = (V & kSilu) && T.future ? T.future + call.pool_rows * C : NULL;
+            T.dx = call.dx[i];
+            T.dw = call.dw[i];
+            T.dbias = p->dbias ? p->dbias[i] : NULL;
             T.partials = partials;
-            partials += roots * 4 * channels[i];
-            work += a.num_blocks * (channels[i] / 2);
-            if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (channels[i] / 2);
+            partials += roots * taps_of(V) * C;
+            work += a.num_blocks * (C / 2);
+            if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / 2);
         } else {
-            T.y = y[i];
-            work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (channels[i] / 2);
+            T.y = call.y[i];
+            work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / 2);
         }
     }
     a.total_work = work;
@@ -252,26 +292,42 @@ extern "C" int cake_cuda_cooperative_supported(void) {
     return supported;
 }
 
+extern "C" cake_status cake_cuda_kernel_workspace_bytes(int64_t rows, int num_tensors,
+                                                        const int64_t *channels,
+                                                        const cake_conv_params *params,
+                                                        size_t *bytes) {
+    const int64_t roots = cake_cuda_tree_roots(rows);
+    const int64_t taps = taps_of(variant_of(cake_params_or_default(params)));
+    int64_t total = 0;
+    for (int i = 0; i < num_tensors; i++) {
+        int64_t column;
+        if (channels[i] <= 0 || channels[i] % 8 != 0)
+            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                             "channels[%d]: expected a positive multiple of 8, got %lld", i,
+                             (long long)channels[i]);
+        if (!cake_mul_fits(roots, taps * channels[i], &column) ||
+            !cake_mul_fits(column, (int64_t)sizeof(float), &column) || column > INT64_MAX - total)
+            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                             "channels[%d]: %lld channels overflow the workspace size", i,
+                             (long long)channels[i]);
+        total += column;
+    }
+    *bytes = (size_t)total;
+    return CAKE_SUCCESS;
+}
+
 extern "C" cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *plan,
-                                                         int num_tensors,
-                                                         const int64_t *channels, size_t *bytes) {
+                                                         int num_tensors, const int64_t *channels,
+                                                         const cake_conv_params *params,
+                                                         size_t *bytes) {
     cake_clear_error();
     if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
     if (!bytes) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "bytes: expected a pointer, got NULL");
     if (num_tensors < 1)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "num_tensors: expected >= 1, got %d", num_tensors);
     if (!channels) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "channels: expected a pointer, got NULL");
-    const int64_t roots = cake_cuda_tree_roots(cake_cuda_plan_rows(plan));
-    int64_t total = 0;
-    for (int i = 0; i < num_tensors; i++) {
-        if (channels[i] <= 0 || channels[i] % 8 != 0)
-            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                             "channels[%d]: expected a positive multiple of 8, got %lld", i,
-                             (long long)channels[i]);
-        total += roots * 4 * channels[i];
-    }
-    *bytes = sizeof(float) * (size_t)total;
-    return CAKE_SUCCESS;
+    return cake_cuda_kernel_workspace_bytes(cake_cuda_plan_rows(plan), num_tensors, channels,
+                                            params, bytes);
 }
 
 extern "C" cake_status cake_cuda_check_cooperative(cake_cooperative cooperative) {
@@ -288,61 +344,60 @@ extern "C" cake_status cake_cuda_check_cooperative(cake_cooperative cooperative)
 }
 
 /* The arrays of a plan-level call, checked (16-byte alignment for the vector loads). */
-static cake_status check_call(const cake_cuda_plan *plan, int backward, int num_tensors,
-                              const int64_t *channels, const cake_bf16 *const *x,
-                              const float *const *w, const cake_bf16 *const *history,
-                              const cake_bf16 *const *dy, const cake_bf16 *const *future,
-                              cake_bf16 *const *y, cake_bf16 *const *dx, float *const *dw,
+static cake_status check_call(const cake_cuda_plan *plan, const cake_call_args &args,
                               cake_cooperative cooperative) {
     if (!plan) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "plan: expected a pointer, got NULL");
-    cake_call_args args;
-    memset(&args, 0, sizeof args);
-    args.num_tensors = num_tensors;
-    args.channels = channels;
-    args.rows = cake_cuda_plan_rows(plan);
-    args.pool_rows = 3 * cake_cuda_plan_num_fragments(plan);
-    args.x = x;
-    args.w = w;
-    args.history = history;
-    args.dy = dy;
-    args.future = future;
-    args.y = y;
-    args.dx = dx;
-    args.dw = dw;
-    args.backward = backward;
-    args.alignment = 16;
     CAKE_CHECK(cake_check_call_args(&args));
     CAKE_CHECK(cake_cuda_check_cooperative(cooperative));
     return cake_cuda_plan_check_device(plan);
 }
 
+static cake_call_args args_of(const cake_cuda_plan *plan, int backward, int num_tensors,
+                              const int64_t *channels, const cake_bf16 *const *x,
+                              const float *const *w, const cake_conv_params *params,
+                              const cake_bf16 *const *history) {
+    cake_call_args args;
+    memset(&args, 0, sizeof args);
+    args.num_tensors = num_tensors;
+    args.channels = channels;
+    args.rows = plan ? cake_cuda_plan_rows(plan) : 0;
+    args.pool_rows = plan ? 3 * cake_cuda_plan_num_fragments(plan) : 0;
+    args.x = x;
+    args.w = w;
+    args.params = params;
+    args.history = history;
+    args.backward = backward;
+    args.alignment = 16;
+    return args;
+}
+
 extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,
                                          const int64_t *channels, const cake_bf16 *const *x,
-                                         const float *const *w, const cake_bf16 *const *history,
-                                         cake_bf16 *const *y, cake_cooperative cooperative,
-                                         cudaStream_t stream) {
+                                         const float *const *w, const cake_conv_params *params,
+                                         const cake_bf16 *const *history, cake_bf16 *const *y,
+                                         cake_cooperative cooperative, cudaStream_t stream) {
     cake_clear_error();
-    CAKE_CHECK(check_call(plan, 0, num_tensors, channels, x, w, history, NULL, NULL, y, NULL, NULL,
-                          cooperative));
+    cake_call_args args = args_of(plan, 0, num_tensors, channels, x, w, params, history);
+    args.y = y;
+    CAKE_CHECK(check_call(plan, args, cooperative));
     if (cake_cuda_plan_rows(plan) == 0) return CAKE_SUCCESS;
+    const Kernels &kernels = kKernels[variant_of(cake_params_or_default(params))];
     const int coop = pick_cooperative(cooperative);
     for (int first = 0; first < num_tensors; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
-        fill_args(a, plan, count, channels + first, x + first, w + first, history + first, NULL,
-                  NULL, y + first, NULL, NULL, NULL, 0, 0, 0);
+        fill_args(a, plan, args, first, count, NULL, 0, 0);
+        void *launch_args[] = {&a};
         if (coop) {
-            void *params[] = {&a};
-            CAKE_CHECK(launch_cooperative((const void *)forward_kernel, a.total_work, params, stream));
+            CAKE_CHECK(launch_cooperative(kernels.forward, a.total_work, launch_args, stream));
         } else {
             /* A grid the size of what fits at once, striding over the items, streams better
              * than one block per 256 items (measured on the H200). */
             int64_t blocks, resident = 0;
             CAKE_CHECK(launch_ordinary_grid(a.total_work, &blocks));
-            CAKE_CHECK(max_cooperative_grid((const void *)forward_kernel, &resident));
+            CAKE_CHECK(max_cooperative_grid(kernels.forward, &resident));
             if (blocks > resident) blocks = resident;
-            forward_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(a);
-            CAKE_CUDA_CHECK(cudaGetLastError(), "forward kernel launch");
+            CAKE_CHECK(launch(kernels.forward, blocks, launch_args, stream, "forward kernel"));
         }
     }
     return CAKE_SUCCESS;
@@ -350,36 +405,48 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
 
 extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_tensors,
                                           const int64_t *channels, const cake_bf16 *const *x,
-                                          const float *const *w, const cake_bf16 *const *history,
+                                          const float *const *w, const cake_conv_params *params,
+                                          const cake_bf16 *const *history,
                                           const cake_bf16 *const *dy,
                                           const cake_bf16 *const *future, cake_bf16 *const *dx,
                                           float *const *dw, cake_cooperative cooperative,
                                           void *workspace, size_t workspace_bytes,
                                           cudaStream_t stream) {
     cake_clear_error();
-    CAKE_CHECK(check_call(plan, 1, num_tensors, channels, x, w, history, dy, future, NULL, dx, dw,
-                          cooperative));
+    cake_call_args args = args_of(plan, 1, num_tensors, channels, x, w, params, history);
+    args.dy = dy;
+    args.future = future;
+    args.dx = dx;
+    args.dw = dw;
+    CAKE_CHECK(check_call(plan, args, cooperative));
+    const cake_conv_params *p = cake_params_or_default(params);
     const int64_t rows = cake_cuda_plan_rows(plan);
     if (workspace && (uintptr_t)workspace % 16 != 0)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                          "workspace: expected a 16-byte aligned device pointer, got %p", workspace);
-    if (rows == 0) { /* no rows: dw = +0.0 */
-        for (int i = 0; i < num_tensors; i++)
+    size_t needed;
+    CAKE_CHECK(cake_cuda_kernel_workspace_bytes(rows, num_tensors, channels, params, &needed));
+    if (workspace && workspace_bytes < needed)
+        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
+                         "workspace_bytes: expected >= %zu (cake_cuda_backward_workspace_size), got %zu",
+                         needed, workspace_bytes);
+    if (rows == 0) { /* no rows: dw (and dbias) = +0.0 */
+        for (int i = 0; i < num_tensors; i++) {
             CAKE_CUDA_CHECK(cudaMemsetAsync(dw[i], 0, sizeof(float) * 4 * (size_t)channels[i], stream),
                             "cudaMemsetAsync(dw)");
+            if (p->dbias)
+                CAKE_CUDA_CHECK(cudaMemsetAsync(p->dbias[i], 0, sizeof(float) * (size_t)channels[i], stream),
+                                "cudaMemsetAsync(dbias)");
+        }
         return CAKE_SUCCESS;
     }
-    size_t needed;
-    CAKE_CHECK(cake_cuda_backward_workspace_size(plan, num_tensors, channels, &needed));
     void *owned = NULL;
-    if (!workspace || workspace_bytes < needed) {
-        if (workspace)
-            return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
-                             "workspace_bytes: expected >= %zu (cake_cuda_backward_workspace_size), got %zu",
-                             needed, workspace_bytes);
+    if (!workspace) {
         CAKE_CUDA_CHECK(cudaMallocAsync(&owned, needed, stream), "cudaMallocAsync(workspace)");
         workspace = owned;
     }
+    const int V = variant_of(p);
+    const Kernels &kernels = kKernels[V];
     const int coop = pick_cooperative(cooperative);
     int64_t roots;
     const TreePlan tree = plan_tree((rows + kBlockRows - 1) / kBlockRows, &roots);
@@ -388,31 +455,29 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
     for (int first = 0; first < num_tensors && status == CAKE_SUCCESS; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
-        fill_args(a, plan, count, channels + first, x + first, w + first, history + first,
-                  dy + first, future + first, NULL, dx + first, dw + first, partials, roots, 1, coop);
-        for (int i = 0; i < count; i++) partials += roots * 4 * channels[first + i];
+        fill_args(a, plan, args, first, count, partials, roots, coop);
+        for (int i = 0; i < count; i++) partials += roots * taps_of(V) * channels[first + i];
         if (coop) {
-            void *params[] = {&a, (void *)&tree};
-            status = launch_cooperative((const void *)backward_cooperative_kernel,
-                                        a.total_work + a.dx_work, params, stream);
+            void *launch_args[] = {&a, (void *)&tree};
+            status = launch_cooperative(kernels.backward_cooperative, a.total_work + a.dx_work,
+                                        launch_args, stream);
             continue;
         }
         int64_t blocks;
         status = launch_ordinary_grid(a.total_work + a.dx_work, &blocks);
-        if (status != CAKE_SUCCESS) break;
-        if (a.split) backward_kernel<true><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
-        else backward_kernel<false><<<(unsigned)blocks, kThreads, 0, stream>>>(a);
-        for (int p = 0; p < tree.num_passes && status == CAKE_SUCCESS; p++) {
+        void *launch_args[] = {&a};
+        if (status == CAKE_SUCCESS)
+            status = launch(a.split ? kernels.backward_split : kernels.backward_fused, blocks,
+                            launch_args, stream, "backward kernel");
+        for (int pass = 0; pass < tree.num_passes && status == CAKE_SUCCESS; pass++) {
             int64_t items = 0;
-            const int64_t groups = (tree.pass[p].n_in + kTreeWidth - 1) / kTreeWidth;
-            for (int i = 0; i < count; i++) items += groups * 4 * a.t[i].channels;
+            const int64_t groups = (tree.pass[pass].n_in + kTreeWidth - 1) / kTreeWidth;
+            for (int i = 0; i < count; i++) items += groups * taps_of(V) * a.t[i].channels;
+            TreePass tree_pass = tree.pass[pass];
+            void *tree_args[] = {&a, &tree_pass};
             status = launch_ordinary_grid(items, &blocks);
-            if (status == CAKE_SUCCESS) tree_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(a, tree.pass[p]);
-        }
-        if (status == CAKE_SUCCESS) {
-            const cudaError_t err = cudaGetLastError();
-            if (err != cudaSuccess)
-                status = cake_fail(CAKE_ERROR_CUDA, "backward kernel launch: %s", cudaGetErrorString(err));
+            if (status == CAKE_SUCCESS)
+                status = launch(kernels.tree, blocks, tree_args, stream, "dw tree kernel");
         }
     }
     if (owned) {

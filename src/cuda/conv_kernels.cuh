@@ -1,14 +1,19 @@
 /* Device code of the convolution: bf16 helpers, the kernel arguments, and the per-item work.
  *
- * Invariants (SPEC 3): every multiply-add is one __fmaf_rn in the order the spec writes, no other
- * contraction (built with -fmad=false), bf16 rounding done by hand exactly as the CPU does it, dw
- * partials over 256-row blocks in row order, summed by the fixed tree. A thread owns one channel
- * pair of a run of rows (the forward, dx alone) or of a 256-row dw block (the backward), so
- * results never depend on the grid shape or the run length. Offsets are 64-bit. */
+ * Invariants (docs/NUMERICS.md): every multiply-add is one __fmaf_rn in the order written there,
+ * no other contraction (built with -fmad=false), the bias add and the SiLU sequence of
+ * activation.h exactly as on the CPU, bf16 rounding done by hand exactly as the CPU does it, NaN
+ * outputs canonical, dw and dbias partials over 256-row blocks in row order, summed by the fixed
+ * tree. A thread owns one channel pair of a run of rows (the forward, dx alone) or of a 256-row
+ * dw block (the backward), so results never depend on the grid shape or the run length. Offsets
+ * are 64-bit. The variant V (kBias | kSilu) is a template parameter of every kernel. */
 #ifndef CAKE_CONV_KERNELS_CUH
 #define CAKE_CONV_KERNELS_CUH
 
+#include "activation.h"
+
 #include <stdint.h>
+#include <type_traits>
 
 namespace cake_cuda {
 
@@ -33,12 +38,18 @@ constexpr int kBackwardMinBlocks = CAKE_CUDA_BACKWARD_MIN_BLOCKS; /* register bu
 #endif
 constexpr int kForwardRows = CAKE_CUDA_FORWARD_ROWS; /* rows per forward item */
 
+/* The variants (bits of the template parameter V): a bias, and SiLU after it. */
+constexpr int kBias = 1, kSilu = 2, kVariants = 4;
+__host__ __device__ constexpr int taps_of(int V) { return (V & kBias) ? 5 : 4; }
+
 struct TensorArgs {
     const uint16_t *x, *history, *dy, *future;
+    const uint16_t *future_x; /* SiLU backward: x at the future rows (the future pool's half) */
     uint16_t *y, *dx;
     const float *w;
-    float *partials; /* backward: [levels][4][channels] fp32, see TreePass */
-    float *dw;
+    const float *bias;        /* [channels], with a bias */
+    float *partials;          /* backward: [levels][taps][channels] fp32, see TreePass */
+    float *dw, *dbias;
     int64_t channels;
     int64_t work_begin; /* first item of this tensor in the launch's flat item space */
     int64_t dx_begin;   /* split backward: first dx item of this tensor */
@@ -47,7 +58,8 @@ struct TensorArgs {
 struct ConvArgs {
     int num_tensors;
     int64_t rows;
-    const int64_t *frag_start; /* num_fragments + 1 entries, the last = rows */
+    const int64_t *frag_start;   /* num_fragments + 1 entries, the last = rows */
+    const int32_t *future_valid; /* per fragment: future rows inside its sequence (0..3) */
     int64_t num_fragments;
     int64_t num_blocks;        /* dw blocks: ceil(rows / 256) */
     int64_t rows_per_item;     /* forward and split dx: rows of one item */
@@ -59,18 +71,23 @@ struct ConvArgs {
 
 /* One pass of the dw tree: level `in` (n_in roots per column) to level `in + 1`. */
 struct TreePass {
-    int64_t n_in, in_offset, out_offset; /* offsets in units of 4 * channels floats */
-    int final_pass;                      /* n_in <= kTreeWidth: write dw */
+    int64_t n_in, in_offset, out_offset; /* offsets in units of taps * channels floats */
+    int final_pass;                      /* n_in <= kTreeWidth: write dw (and dbias) */
 };
 
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 
-/* Round to nearest even; NaN stays NaN, quiet, sign kept; same bits as src/bf16.h. */
+/* Round to nearest even; NaN becomes the canonical 0x7fc0; same bits as src/bf16.h. */
 __device__ __forceinline__ uint32_t to_bf16(float f) {
     const uint32_t u = __float_as_uint(f);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : rounded;
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded;
+}
+
+/* f, or the canonical fp32 NaN 0x7fc00000 (dw, dbias). */
+__device__ __forceinline__ float canonical(float f) {
+    return (__float_as_uint(f) & 0x7fffffffu) > 0x7f800000u ? __uint_as_float(0x7fc00000u) : f;
 }
 
 __device__ __forceinline__ uint32_t pack2(float even, float odd) {
@@ -105,20 +122,23 @@ __device__ __forceinline__ int tensor_of(const ConvArgs &a, int64_t item) {
 /* A fragment's position while walking rows. */
 struct Cursor {
     int64_t f, start, end; /* fragment index and its local rows [start, end) */
+    int valid;             /* SiLU backward: future rows inside the sequence */
 };
 
-__device__ __forceinline__ Cursor cursor_at(const ConvArgs &a, int64_t t) {
+__device__ __forceinline__ Cursor cursor_at(const ConvArgs &a, int64_t t, bool need_valid) {
     Cursor c;
     c.f = fragment_of(a, t);
     c.start = __ldg(a.frag_start + c.f);
     c.end = __ldg(a.frag_start + c.f + 1);
+    c.valid = need_valid ? __ldg(a.future_valid + c.f) : 0;
     return c;
 }
 
-__device__ __forceinline__ void cursor_next(const ConvArgs &a, Cursor &c) {
+__device__ __forceinline__ void cursor_next(const ConvArgs &a, Cursor &c, bool need_valid) {
     c.f++;
     c.start = c.end;
     c.end = __ldg(a.frag_start + c.f + 1);
+    if (need_valid) c.valid = __ldg(a.future_valid + c.f);
 }
 
 /* x at local row r for the cursor's fragment (before it: a history row), channels c, c+1. */
@@ -127,42 +147,74 @@ __device__ __forceinline__ uint32_t x_pair(const TensorArgs &T, const Cursor &cu
                           : load_pair(T.history + (cur.f * 3 + 3 + (r - cur.start)) * T.channels + c);
 }
 
+/* The same, also past the fragment (SiLU backward: an x row of the future pool). */
+__device__ __forceinline__ uint32_t x_pair_any(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
+    return r < cur.end ? x_pair(T, cur, r, c)
+                       : load_pair(T.future_x + (cur.f * 3 + (r - cur.end)) * T.channels + c);
+}
+
 /* dy at local row r for the cursor's fragment (past it: a future row). */
 __device__ __forceinline__ uint32_t dy_pair(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
     return r < cur.end ? load_pair(T.dy + r * T.channels + c)
                        : load_pair(T.future + (cur.f * 3 + (r - cur.end)) * T.channels + c);
 }
 
-/* Taps of channels c (even) and c + 1 (odd). */
+/* Taps of channels c (even) and c + 1 (odd), and their bias (0 without one). */
 struct PairWeights {
     float e[4], o[4];
+    float be, bo;
 };
 
-__device__ __forceinline__ PairWeights load_weights(const float *w, int64_t c) {
-    const float4 we = __ldg(reinterpret_cast<const float4 *>(w + c * 4));
-    const float4 wo = __ldg(reinterpret_cast<const float4 *>(w + c * 4 + 4));
+template <int V>
+__device__ __forceinline__ PairWeights load_weights(const TensorArgs &T, int64_t c) {
+    const float4 we = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4));
+    const float4 wo = __ldg(reinterpret_cast<const float4 *>(T.w + c * 4 + 4));
     PairWeights p;
     p.e[0] = we.x; p.e[1] = we.y; p.e[2] = we.z; p.e[3] = we.w;
     p.o[0] = wo.x; p.o[1] = wo.y; p.o[2] = wo.z; p.o[3] = wo.w;
+    p.be = p.bo = 0.0f;
+    if (V & kBias) {
+        const float2 b = __ldg(reinterpret_cast<const float2 *>(T.bias + c));
+        p.be = b.x;
+        p.bo = b.y;
+    }
     return p;
+}
+
+/* a of rows with x(t-3) .. x(t) = x0 .. x3: the four fmas, then the bias. */
+template <int V>
+__device__ __forceinline__ float2 conv_pair(const PairWeights &w, uint32_t x0, uint32_t x1,
+                                            uint32_t x2, uint32_t x3) {
+    float e = __fmaf_rn(w.e[0], bf16_lo(x0), 0.0f), o = __fmaf_rn(w.o[0], bf16_hi(x0), 0.0f);
+    e = __fmaf_rn(w.e[1], bf16_lo(x1), e);
+    o = __fmaf_rn(w.o[1], bf16_hi(x1), o);
+    e = __fmaf_rn(w.e[2], bf16_lo(x2), e);
+    o = __fmaf_rn(w.o[2], bf16_hi(x2), o);
+    e = __fmaf_rn(w.e[3], bf16_lo(x3), e);
+    o = __fmaf_rn(w.o[3], bf16_hi(x3), o);
+    if (V & kBias) {
+        e = __fadd_rn(e, w.be);
+        o = __fadd_rn(o, w.bo);
+    }
+    return make_float2(e, o);
 }
 
 /* ---- the walk over rows -------------------------------------------------------------------
  * A thread owns one channel pair (4 bytes of a row: a warp reads 128 contiguous bytes) and walks
- * rows in order, so the dw partial of a 256-row block is one sequential chain as SPEC 3 defines
- * it, and the x / dy windows stay in registers. Inside a fragment the loads of kStages steps of
- * kStepRows rows are in flight ahead of the math (a register ring); at fragment edges and in the
- * last few rows a slow path reads row by row through the pools. `Op` supplies the loads and the
- * math of one direction. */
+ * rows in order, so the dw partial of a 256-row block is one sequential chain as the numerics
+ * define it, and the x / dy windows stay in registers. Inside a fragment the loads of kStages
+ * steps of kStepRows rows are in flight ahead of the math (a register ring); at fragment edges
+ * and in the last few rows a slow path reads row by row through the pools. `Op` supplies the
+ * loads and the math of one direction. */
 template <class Op>
 __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T, Op &op,
                                           int64_t t0, int64_t t1, int64_t c) {
-    Cursor cur = cursor_at(a, t0);
+    Cursor cur = cursor_at(a, t0, Op::kNeedValid);
     op.refill(T, cur, t0, c);
     int64_t t = t0;
     while (t < t1) {
         if (t == cur.end) { /* a new fragment starts here: windows come from its pools */
-            cursor_next(a, cur);
+            cursor_next(a, cur, Op::kNeedValid);
             op.refill(T, cur, t, c);
         }
         /* Rows whose every read is a local row of this fragment. */
@@ -194,9 +246,11 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+template <int V>
 struct ForwardOp {
     static constexpr int kLookahead = 0;
     static constexpr int kStages = CAKE_CUDA_FORWARD_STAGES;
+    static constexpr bool kNeedValid = false;
     struct Stage {
         uint32_t x[kStepRows];
     };
@@ -209,14 +263,12 @@ struct ForwardOp {
         x2 = x_pair(T, cur, t - 1, c);
     }
     __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xt) {
-        float e = __fmaf_rn(w.e[0], bf16_lo(x0), 0.0f), o = __fmaf_rn(w.o[0], bf16_hi(x0), 0.0f);
-        e = __fmaf_rn(w.e[1], bf16_lo(x1), e);
-        o = __fmaf_rn(w.o[1], bf16_hi(x1), o);
-        e = __fmaf_rn(w.e[2], bf16_lo(x2), e);
-        o = __fmaf_rn(w.o[2], bf16_hi(x2), o);
-        e = __fmaf_rn(w.e[3], bf16_lo(xt), e);
-        o = __fmaf_rn(w.o[3], bf16_hi(xt), o);
-        store_pair(T.y + t * T.channels + c, pack2(e, o));
+        float2 a = conv_pair<V>(w, x0, x1, x2, xt);
+        if (V & kSilu) {
+            a.x = cake_silu(a.x);
+            a.y = cake_silu(a.y);
+        }
+        store_pair(T.y + t * T.channels + c, pack2(a.x, a.y));
         x0 = x1;
         x1 = x2;
         x2 = xt;
@@ -235,27 +287,78 @@ struct ForwardOp {
 };
 
 /* Rows [t0, t0 + rows_per_item) of one channel pair. */
+template <int V>
 __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
     const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
-    ForwardOp op;
-    op.w = load_weights(T.w, c);
+    ForwardOp<V> op;
+    op.w = load_weights<V>(T, c);
     walk_rows(a, T, op, t0, t1, c);
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */
 
-/* The backward of one channel pair: dx (kDx) and the dw block partials (kDw). Both at once read
- * x and dy once; apart, each walk is lighter, which pays when there are too few dw blocks to
- * fill the GPU (small shapes): dx then splits rows freely like the forward. */
-template <bool kDx, bool kDw>
+/* Block partials of one channel pair: dw taps, and dbias with a bias. */
+template <int V>
+struct Partials {
+    float pe[4], po[4], be, bo;
+    __device__ __forceinline__ void zero() {
+#pragma unroll
+        for (int k = 0; k < 4; k++) pe[k] = po[k] = 0.0f; /* p = +0.0f */
+        be = bo = 0.0f;
+    }
+    /* p[k] += g * x(t-3+k) in row order (and dbias += g). */
+    __device__ __forceinline__ void add(float ge, float go, uint32_t x0, uint32_t x1, uint32_t x2,
+                                        uint32_t x3) {
+        pe[0] = __fmaf_rn(ge, bf16_lo(x0), pe[0]);
+        po[0] = __fmaf_rn(go, bf16_hi(x0), po[0]);
+        pe[1] = __fmaf_rn(ge, bf16_lo(x1), pe[1]);
+        po[1] = __fmaf_rn(go, bf16_hi(x1), po[1]);
+        pe[2] = __fmaf_rn(ge, bf16_lo(x2), pe[2]);
+        po[2] = __fmaf_rn(go, bf16_hi(x2), po[2]);
+        pe[3] = __fmaf_rn(ge, bf16_lo(x3), pe[3]);
+        po[3] = __fmaf_rn(go, bf16_hi(x3), po[3]);
+        if (V & kBias) {
+            be = __fadd_rn(be, ge);
+            bo = __fadd_rn(bo, go);
+        }
+    }
+    /* Level 0 of the tree for block b: [b][taps][channels]. */
+    __device__ __forceinline__ void store(const TensorArgs &T, int64_t b, int64_t c) const {
+        float *dst = T.partials + b * taps_of(V) * T.channels + c;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            *reinterpret_cast<float2 *>(dst + k * T.channels) = make_float2(pe[k], po[k]);
+        if (V & kBias) *reinterpret_cast<float2 *>(dst + 4 * T.channels) = make_float2(be, bo);
+    }
+};
+
+/* dx(t) = sum_j w[3-j] * g(t+j), j = 0..3, in that order. */
+__device__ __forceinline__ uint32_t dx_pair(const PairWeights &w, float g0e, float g0o, float g1e,
+                                            float g1o, float g2e, float g2o, float g3e, float g3o) {
+    float e = __fmaf_rn(w.e[3], g0e, 0.0f), o = __fmaf_rn(w.o[3], g0o, 0.0f);
+    e = __fmaf_rn(w.e[2], g1e, e);
+    o = __fmaf_rn(w.o[2], g1o, o);
+    e = __fmaf_rn(w.e[1], g2e, e);
+    o = __fmaf_rn(w.o[1], g2o, o);
+    e = __fmaf_rn(w.e[0], g3e, e);
+    o = __fmaf_rn(w.o[0], g3o, o);
+    return pack2(e, o);
+}
+
+/* The backward of one channel pair without SiLU (g = dy): dx (kDx) and the block partials
+ * (kDw). Both at once read x and dy once; apart, each walk is lighter, which pays when there
+ * are too few dw blocks to fill the GPU (small shapes): dx then splits rows freely like the
+ * forward. */
+template <bool kDx, bool kDw, int V>
 struct BackwardOp {
     static constexpr int kLookahead = kDx ? 3 : 0; /* dx(t) reads dy(t + 3) */
     static constexpr int kStages = CAKE_CUDA_BACKWARD_STAGES;
+    static constexpr bool kNeedValid = false;
     struct Stage {
         uint32_t x[kDw ? kStepRows : 1], g[kStepRows]; /* x(t + r); dy(t + r + lookahead) */
     };
     PairWeights w;
-    float pe[4], po[4];  /* dw block partials, channels c and c + 1 */
+    Partials<V> p;
     uint32_t x0, x1, x2; /* x(t-3), x(t-2), x(t-1) */
     uint32_t g0, g1, g2; /* dy(t), dy(t+1), dy(t+2) */
 
@@ -271,31 +374,17 @@ struct BackwardOp {
             g2 = dy_pair(T, cur, t + 2, c);
         }
     }
-    /* dx(t) from dy(t..t+3); p[k] += dy(t) * x(t-3+k), in row order. `g` is dy(t + 3) for dx,
-     * dy(t) for dw alone. */
+    /* `g` is dy(t + 3) for dx, dy(t) for dw alone. */
     __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xt, uint32_t g) {
         const uint32_t gt = kDx ? g0 : g;
-        const float ge = bf16_lo(gt), go = bf16_hi(gt);
         if (kDx) {
-            float e = __fmaf_rn(w.e[3], ge, 0.0f), o = __fmaf_rn(w.o[3], go, 0.0f);
-            e = __fmaf_rn(w.e[2], bf16_lo(g1), e);
-            o = __fmaf_rn(w.o[2], bf16_hi(g1), o);
-            e = __fmaf_rn(w.e[1], bf16_lo(g2), e);
-            o = __fmaf_rn(w.o[1], bf16_hi(g2), o);
-            e = __fmaf_rn(w.e[0], bf16_lo(g), e);
-            o = __fmaf_rn(w.o[0], bf16_hi(g), o);
-            store_pair(T.dx + t * T.channels + c, pack2(e, o));
+            store_pair(T.dx + t * T.channels + c,
+                       dx_pair(w, bf16_lo(g0), bf16_hi(g0), bf16_lo(g1), bf16_hi(g1),
+                               bf16_lo(g2), bf16_hi(g2), bf16_lo(g), bf16_hi(g)));
             g0 = g1; g1 = g2; g2 = g;
         }
         if (kDw) {
-            pe[0] = __fmaf_rn(ge, bf16_lo(x0), pe[0]);
-            po[0] = __fmaf_rn(go, bf16_hi(x0), po[0]);
-            pe[1] = __fmaf_rn(ge, bf16_lo(x1), pe[1]);
-            po[1] = __fmaf_rn(go, bf16_hi(x1), po[1]);
-            pe[2] = __fmaf_rn(ge, bf16_lo(x2), pe[2]);
-            po[2] = __fmaf_rn(go, bf16_hi(x2), po[2]);
-            pe[3] = __fmaf_rn(ge, bf16_lo(xt), pe[3]);
-            po[3] = __fmaf_rn(go, bf16_hi(xt), po[3]);
+            p.add(bf16_lo(gt), bf16_hi(gt), x0, x1, x2, xt);
             x0 = x1; x1 = x2; x2 = xt;
         }
     }
@@ -315,36 +404,114 @@ struct BackwardOp {
     }
 };
 
+/* The backward through SiLU: g(t) = dy(t) * silu'(a(t)), a recomputed from x(t-3) .. x(t), and
+ * +0.0 at or past the sequence end. The walk keeps x(t - 3) .. x(t + L - 1) and g(t) ..
+ * g(t + L - 1), L = 3 with dx (dx(t) needs g(t + 3)) and 0 for dw alone; each row loads x and
+ * dy of row t + L, computes its g, then dx(t) and the partials of row t. */
+template <bool kDx, bool kDw, int V>
+struct BackwardSiluOp {
+    static constexpr int kLookahead = kDx ? 3 : 0;
+    static constexpr int kStages = CAKE_CUDA_BACKWARD_STAGES;
+    static constexpr bool kNeedValid = true;
+    struct Stage {
+        uint32_t x[kStepRows], d[kStepRows]; /* x(t + r + L), dy(t + r + L) */
+    };
+    PairWeights w;
+    Partials<V> p;
+    uint32_t xw[6];  /* x(t-3) .. x(t+L-1): 3 + L entries used */
+    float ge[3], go[3]; /* g(t) .. g(t+L-1) (dx only) */
+
+    /* g of a row from its dy and the four x rows ending at it. */
+    __device__ __forceinline__ float2 g_pair(uint32_t dy, uint32_t x0, uint32_t x1, uint32_t x2,
+                                             uint32_t x3, bool valid) const {
+        const float2 a = conv_pair<V>(w, x0, x1, x2, x3);
+        const float e = __fmul_rn(bf16_lo(dy), cake_silu_grad(a.x));
+        const float o = __fmul_rn(bf16_hi(dy), cake_silu_grad(a.y));
+        return valid ? make_float2(e, o) : make_float2(0.0f, 0.0f);
+    }
+    __device__ __forceinline__ void refill(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
+        /* x(t-3) .. x(t+L-1) through the pools; g(t) .. g(t+L-1) from them. */
+#pragma unroll
+        for (int j = 0; j < 3 + kLookahead; j++) xw[j] = x_pair_any(T, cur, t - 3 + j, c);
+#pragma unroll
+        for (int j = 0; j < kLookahead; j++) {
+            const int64_t r = t + j;
+            const float2 g = g_pair(dy_pair(T, cur, r, c), xw[j], xw[j + 1], xw[j + 2], xw[j + 3],
+                                    r - cur.end < cur.valid);
+            ge[j] = g.x;
+            go[j] = g.y;
+        }
+    }
+    /* Row t, given x and dy of row t + L (valid: that row is inside the sequence). */
+    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xn,
+                                        uint32_t dn, bool valid) {
+        constexpr int L = kLookahead;
+        /* a of row t + L from x(t+L-3) .. x(t+L) = xw[L] .. xw[L+2], xn */
+        const float2 gn = g_pair(dn, xw[L], xw[L + 1], xw[L + 2], xn, valid);
+        const float gte = L ? ge[0] : gn.x, gto = L ? go[0] : gn.y;
+        if (kDx)
+            store_pair(T.dx + t * T.channels + c,
+                       dx_pair(w, ge[0], go[0], ge[1], go[1], ge[2], go[2], gn.x, gn.y));
+        if (kDw) p.add(gte, gto, xw[0], xw[1], xw[2], L ? xw[3] : xn);
+        /* shift the windows by one row */
+#pragma unroll
+        for (int j = 0; j < 2 + L; j++) xw[j] = xw[j + 1];
+        xw[2 + L] = xn;
+        if (kDx) {
+            ge[0] = ge[1]; go[0] = go[1];
+            ge[1] = ge[2]; go[1] = go[2];
+            ge[2] = gn.x; go[2] = gn.y;
+        }
+    }
+    __device__ __forceinline__ void load(const TensorArgs &T, Stage &s, int64_t t, int64_t c) {
+#pragma unroll
+        for (int r = 0; r < kStepRows; r++) {
+            s.x[r] = load_pair(T.x + (t + r + kLookahead) * T.channels + c);
+            s.d[r] = load_pair(T.dy + (t + r + kLookahead) * T.channels + c);
+        }
+    }
+    __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
+#pragma unroll
+        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, s.x[r], s.d[r], true);
+    }
+    __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
+        const int64_t r = t + kLookahead;
+        row(T, t, c, x_pair_any(T, cur, r, c), dy_pair(T, cur, r, c), r - cur.end < cur.valid);
+    }
+};
+
+template <bool kDx, bool kDw, int V>
+using BackwardOpOf = typename std::conditional<(V & kSilu) != 0, BackwardSiluOp<kDx, kDw, V>,
+                                               BackwardOp<kDx, kDw, V>>::type;
+
 /* dw block b of one channel pair: its partials, and (kDx) dx of its rows. */
-template <bool kDx>
+template <bool kDx, int V>
 __device__ __forceinline__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
     const int64_t t0 = b * kBlockRows;
     const int64_t t1 = t0 + kBlockRows < a.rows ? t0 + kBlockRows : a.rows;
-    BackwardOp<kDx, true> op;
-    op.w = load_weights(T.w, c);
-#pragma unroll
-    for (int k = 0; k < 4; k++) op.pe[k] = op.po[k] = 0.0f; /* p = +0.0f */
+    BackwardOpOf<kDx, true, V> op;
+    op.w = load_weights<V>(T, c);
+    op.p.zero();
     walk_rows(a, T, op, t0, t1, c);
-    /* Partials of block b at level 0: [b][k][channels]. */
-    float *dst = T.partials + b * 4 * T.channels + c;
-#pragma unroll
-    for (int k = 0; k < 4; k++)
-        *reinterpret_cast<float2 *>(dst + k * T.channels) = make_float2(op.pe[k], op.po[k]);
+    op.p.store(T, b, c);
 }
 
 /* dx alone for rows [t0, t0 + rows_per_item) of one channel pair. */
+template <int V>
 __device__ __forceinline__ void dx_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
     const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
-    BackwardOp<true, false> op;
-    op.w = load_weights(T.w, c);
+    BackwardOpOf<true, false, V> op;
+    op.w = load_weights<V>(T, c);
     walk_rows(a, T, op, t0, t1, c);
 }
 
 /* One tree thread: folds up to 32 consecutive roots of one (tap, channel) column by the
  * bottom-up pairwise rule (level s adds a[i + s] into a[i] for i a multiple of 2s, when
- * i + s < m). Over aligned groups of 32 this is exactly SPEC 3's tree. */
+ * i + s < m). Over aligned groups of 32 this is exactly the fixed tree. Columns are
+ * [tap][channel]; tap 4 is dbias. */
+template <int V>
 __device__ void tree_item(const TensorArgs &T, const TreePass &pass, int64_t group, int64_t col) {
-    const int64_t stride = 4 * T.channels;
+    const int64_t stride = taps_of(V) * T.channels;
     const int64_t first = group * kTreeWidth;
     const int64_t m = pass.n_in - first < kTreeWidth ? pass.n_in - first : kTreeWidth;
     const float *src = T.partials + (pass.in_offset + first) * stride + col;
@@ -355,10 +522,11 @@ __device__ void tree_item(const TensorArgs &T, const TreePass &pass, int64_t gro
     for (int s = 1; s < kTreeWidth; s *= 2)
 #pragma unroll
         for (int i = 0; i + s < kTreeWidth; i += 2 * s)
-            if (i + s < m) v[i] = v[i] + v[i + s];
+            if (i + s < m) v[i] = __fadd_rn(v[i], v[i + s]);
     if (pass.final_pass) {
         const int64_t k = col / T.channels, c = col % T.channels;
-        T.dw[c * 4 + k] = v[0];
+        if (k < 4) T.dw[c * 4 + k] = canonical(v[0]);
+        else T.dbias[c] = canonical(v[0]);
     } else {
         T.partials[(pass.out_offset + group) * stride + col] = v[0];
     }

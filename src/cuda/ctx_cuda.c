@@ -3,6 +3,7 @@
 #include "halo_cuda.h"
 
 #include "ctx_internal.h"
+#include "pools.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,17 @@ typedef struct device_state {
     cudaEvent_t staging_done; /* the last copy out of `pinned` */
 } device_state;
 
+/* Layout: send messages, receive messages, then (backward) future pools and the kernels'
+ * workspace. */
+typedef struct layout {
+    size_t send, recv, future, kernel, total;
+} layout;
+
 typedef struct gpu_call {
     cake_cooperative cooperative;
     cudaStream_t stream;
-    char *workspace; /* already acquired for this call */
+    char *workspace; /* already acquired for this call, laid out as `l` */
+    layout l;
 } gpu_call;
 
 static void state_free(void *p) {
@@ -73,37 +81,36 @@ static cake_status state_of(cake_ctx *ctx, device_state **out) {
 
 static size_t round_up(size_t n) { return (n + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT; }
 
-/* Layout: send messages, receive messages, then (backward) future pools and the dw workspace. */
-typedef struct layout {
-    size_t send, recv, future, kernel, total;
-} layout;
-
-static void layout_of(const cake_ctx *ctx, int n, const int64_t *channels, int backward,
-                      layout *l) {
-    const int64_t row_elems = cake_total_channels(n, channels);
-    const cake_halo_lists *lists = &ctx->lists[backward ? CAKE_POOL_FUTURE : CAKE_POOL_HISTORY];
+/* The backward with an activation carries x next to dy (cake_pool_tensors). */
+static cake_status layout_of(const cake_ctx *ctx, int n, const int64_t *channels,
+                             const cake_conv_params *params, int backward, layout *l) {
     memset(l, 0, sizeof *l);
+    const int64_t pool_rows = cake_plan_pool_rows(ctx->plan);
+    const int64_t carried = backward ? 1 + cake_future_carries_x(params) : 1; /* arrays a row carries */
+    const int64_t row_elems = carried * cake_total_channels(n, channels);
+    const cake_halo_lists *lists = &ctx->lists[backward ? CAKE_POOL_FUTURE : CAKE_POOL_HISTORY];
     l->send = round_up(sizeof(cake_bf16) * (size_t)(lists->rows_sent * row_elems));
     l->recv = round_up(sizeof(cake_bf16) * (size_t)(lists->rows_received * row_elems));
     if (backward) {
-        l->future = round_up(sizeof(cake_bf16) * (size_t)(cake_plan_pool_rows(ctx->plan) * row_elems));
-        const int64_t roots = cake_cuda_tree_roots(cake_plan_local_rows(ctx->plan));
-        for (int i = 0; i < n; i++) l->kernel += sizeof(float) * (size_t)(roots * 4 * channels[i]);
+        l->future = round_up(sizeof(cake_bf16) * (size_t)(pool_rows * row_elems));
+        CAKE_CHECK(cake_cuda_kernel_workspace_bytes(cake_plan_local_rows(ctx->plan), n, channels,
+                                                    params, &l->kernel));
         l->kernel = round_up(l->kernel);
     }
     l->total = l->send + l->recv + l->future + l->kernel;
+    return CAKE_SUCCESS;
 }
 
 cake_status cake_ctx_cuda_workspace_size(const cake_ctx *ctx, int num_tensors,
-                                         const int64_t *channels, int backward, size_t *bytes) {
+                                         const int64_t *channels, const cake_conv_params *params,
+                                         int backward, size_t *bytes) {
     cake_clear_error();
     if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
     if (!bytes) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "bytes: expected a pointer, got NULL");
-    if (num_tensors < 1)
-        return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "num_tensors: expected >= 1, got %d", num_tensors);
-    if (!channels) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "channels: expected a pointer, got NULL");
+    CAKE_CHECK(cake_check_sizes(num_tensors, channels, params, cake_plan_local_rows(ctx->plan),
+                                cake_plan_pool_rows(ctx->plan)));
     layout l;
-    layout_of(ctx, num_tensors, channels, backward, &l);
+    CAKE_CHECK(layout_of(ctx, num_tensors, channels, params, backward, &l));
     *bytes = l.total;
     return CAKE_SUCCESS;
 }
@@ -174,93 +181,109 @@ static cake_status move(cake_ctx *ctx, device_state *st, const cake_halo_lists *
     return CAKE_SUCCESS;
 }
 
-/* Pools of one direction on the device: pack, move, assemble (+0.0, local rows, received rows). */
+/* Pools of one direction on the device: pack, move, assemble (+0.0, local rows, received rows).
+ * Nothing reaches the pools before the exchange succeeded. */
 static cake_status device_halo(cake_ctx *ctx, device_state *st, cake_pool_kind kind,
-                               const cake_call *call, const gpu_call *g,
-                               const cake_bf16 *const *rows, cake_bf16 *const *pools,
-                               char *send, char *recv) {
+                               const cake_pool_tensors *t, const gpu_call *g) {
     const cake_halo_lists *lists = &ctx->lists[kind];
     const cake_halo_device *halo = &st->halo[kind];
-    const int n = call->num_tensors;
-    const int64_t row_elems = cake_total_channels(n, call->channels);
+    char *send = g->workspace, *recv = g->workspace + g->l.send;
+    const int64_t row_elems = cake_total_channels(t->count, t->channels);
     if (lists->num_sends > 0 || lists->num_receives > 0) {
-        CAKE_CHECK(cake_halo_pack(halo, n, call->channels, rows, (cake_bf16 *)send, g->stream));
+        CAKE_CHECK(cake_halo_pack(halo, t->count, t->channels, t->rows, (cake_bf16 *)send, g->stream));
         const int tag = kind == CAKE_POOL_HISTORY ? CAKE_TAG_HISTORY : CAKE_TAG_FUTURE;
         const cake_status status = move(ctx, st, lists, tag, row_elems, send, recv, g->stream);
         if (status != CAKE_SUCCESS) return cake_ctx_exchange_failed(ctx, status);
-        cake_exchange_count(lists, n, row_elems, &ctx->stats);
+        cake_exchange_count(lists, t->count, row_elems, &ctx->stats);
     }
-    ctx->stats.rows_copied += cake_plan_local_halo_rows(ctx->plan, kind) * n;
-    return cake_halo_assemble(halo, n, call->channels, rows, (const cake_bf16 *)recv, pools, g->stream);
+    ctx->stats.rows_copied += cake_plan_local_halo_rows(ctx->plan, kind) * t->count;
+    return cake_halo_assemble(halo, t->count, t->channels, t->rows, (const cake_bf16 *)recv,
+                              t->pools, g->stream);
 }
 
 /* ---- backend ------------------------------------------------------------------------------ */
 
 static cake_status gpu_forward_halo(cake_ctx *ctx, const cake_call *call) {
-    const gpu_call *g = call->backend_call;
-    device_state *st = ctx->device_state;
-    layout l;
-    layout_of(ctx, call->num_tensors, call->channels, 0, &l);
-    return device_halo(ctx, st, CAKE_POOL_HISTORY, call, g, call->x, call->history, g->workspace,
-                       g->workspace + l.send);
+    cake_pool_tensors t;
+    CAKE_CHECK(cake_pool_tensors_make(CAKE_POOL_HISTORY, cake_plan_pool_rows(ctx->plan),
+                                      call->params, call->num_tensors, call->channels, call->x,
+                                      NULL, call->history, &t));
+    const cake_status status = device_halo(ctx, ctx->device_state, CAKE_POOL_HISTORY, &t,
+                                           call->backend_call);
+    cake_pool_tensors_free(&t);
+    return status;
 }
 
 static cake_status gpu_forward_compute(cake_ctx *ctx, const cake_call *call) {
     const gpu_call *g = call->backend_call;
     const device_state *st = ctx->device_state;
     return cake_cuda_forward(st->plan, call->num_tensors, call->channels, call->x, call->w,
-                             (const cake_bf16 *const *)call->history, call->y, g->cooperative,
-                             g->stream);
+                             call->params, (const cake_bf16 *const *)call->history, call->y,
+                             g->cooperative, g->stream);
 }
 
 static cake_status gpu_backward(cake_ctx *ctx, const cake_call *call) {
     const gpu_call *g = call->backend_call;
-    device_state *st = ctx->device_state;
     const int n = call->num_tensors;
-    layout l;
-    layout_of(ctx, n, call->channels, 1, &l);
+    const int64_t pool_rows = cake_plan_pool_rows(ctx->plan);
+    const int64_t future_rows = cake_future_pool_rows(call->params, pool_rows);
     cake_bf16 **future = malloc(sizeof *future * (size_t)n);
     if (!future) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
-    char *base = g->workspace + l.send + l.recv;
+    char *base = g->workspace + g->l.send + g->l.recv;
     for (int i = 0; i < n; i++) {
         future[i] = (cake_bf16 *)base;
-        base += sizeof(cake_bf16) * (size_t)(cake_plan_pool_rows(ctx->plan) * call->channels[i]);
+        base += sizeof(cake_bf16) * (size_t)(future_rows * call->channels[i]);
     }
-    cake_status status = device_halo(ctx, st, CAKE_POOL_FUTURE, call, g, call->dy, future,
-                                     g->workspace, g->workspace + l.send);
-    if (status == CAKE_SUCCESS)
-        status = cake_cuda_backward(st->plan, n, call->channels, call->x, call->w,
+    cake_pool_tensors t;
+    cake_status status = cake_pool_tensors_make(CAKE_POOL_FUTURE, pool_rows, call->params, n,
+                                                call->channels, call->x, call->dy, future, &t);
+    if (status == CAKE_SUCCESS) {
+        status = device_halo(ctx, ctx->device_state, CAKE_POOL_FUTURE, &t, g);
+        cake_pool_tensors_free(&t);
+    }
+    if (status == CAKE_SUCCESS) {
+        const device_state *st = ctx->device_state;
+        status = cake_cuda_backward(st->plan, n, call->channels, call->x, call->w, call->params,
                                     (const cake_bf16 *const *)call->history, call->dy,
                                     (const cake_bf16 *const *)future, call->dx, call->dw,
-                                    g->cooperative, g->workspace + l.send + l.recv + l.future,
-                                    l.kernel, g->stream);
+                                    g->cooperative,
+                                    g->workspace + g->l.send + g->l.recv + g->l.future,
+                                    g->l.kernel, g->stream);
+    }
     free(future);
     return status;
 }
 
-static void device_free(void *p) { cudaFree(p); }
+/* Stream-ordered, so freeing an entry never waits for the device. */
+static void device_free(void *pools, void *stream) { cudaFreeAsync(pools, (cudaStream_t)stream); }
 
 static cake_status gpu_save_pools(cake_ctx *ctx, const cake_call *call, cake_conv_entry *e) {
     const gpu_call *g = call->backend_call;
     const int64_t pool_rows = cake_plan_pool_rows(ctx->plan);
     const size_t bytes = sizeof(cake_bf16) * (size_t)(pool_rows * cake_total_channels(call->num_tensors, call->channels));
-    char *dst = NULL;
-    CAKE_CUDA_CHECK(cudaMallocAsync((void **)&dst, bytes > 0 ? bytes : 1, g->stream),
+    char *block = NULL;
+    CAKE_CUDA_CHECK(cudaMallocAsync((void **)&block, bytes > 0 ? bytes : 1, g->stream),
                     "cudaMallocAsync(recompute handle)");
-    e->pools = dst;
-    e->pool_bytes = (int64_t)bytes;
-    e->free_pools = device_free;
-    for (int i = 0; i < call->num_tensors; i++) {
+    cudaError_t err = cudaSuccess;
+    char *dst = block;
+    for (int i = 0; i < call->num_tensors && err == cudaSuccess; i++) {
         const size_t count = sizeof(cake_bf16) * (size_t)(pool_rows * call->channels[i]);
         if (count > 0)
-            CAKE_CUDA_CHECK(cudaMemcpyAsync(dst, call->history[i], count, cudaMemcpyDeviceToDevice, g->stream),
-                            "cudaMemcpyAsync(recompute handle)");
+            err = cudaMemcpyAsync(dst, call->history[i], count, cudaMemcpyDeviceToDevice, g->stream);
         dst += count;
     }
+    if (err != cudaSuccess) {
+        cudaFreeAsync(block, g->stream);
+        return cake_fail(CAKE_ERROR_CUDA, "cudaMemcpyAsync(recompute handle): %s",
+                         cudaGetErrorString(err));
+    }
+    e->pools = block;
+    e->stream = g->stream;
+    e->free_pools = device_free;
     return CAKE_SUCCESS;
 }
 
-static cake_status gpu_load_pools(cake_ctx *ctx, const cake_call *call, const cake_conv_entry *e) {
+static cake_status gpu_load_pools(cake_ctx *ctx, const cake_call *call, cake_conv_entry *e) {
     (void)ctx;
     const gpu_call *g = call->backend_call;
     const char *src = e->pools;
@@ -271,6 +294,7 @@ static cake_status gpu_load_pools(cake_ctx *ctx, const cake_call *call, const ca
                             "cudaMemcpyAsync(recompute handle)");
         src += count;
     }
+    e->stream = g->stream; /* the free must follow these reads */
     return CAKE_SUCCESS;
 }
 
@@ -287,7 +311,7 @@ static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
     device_state *st = NULL;
     CAKE_CHECK(state_of(ctx, &st));
     layout l;
-    layout_of(ctx, call->num_tensors, call->channels, backward, &l);
+    CAKE_CHECK(layout_of(ctx, call->num_tensors, call->channels, call->params, backward, &l));
     if (workspace && workspace_bytes < l.total)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                          "workspace_bytes: expected >= %zu (cake_ctx_cuda_workspace_size), got %zu",
@@ -301,7 +325,7 @@ static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
         CAKE_CUDA_CHECK(cudaMallocAsync(&owned, l.total, stream), "cudaMallocAsync(workspace)");
         workspace = owned;
     }
-    gpu_call g = {cooperative, stream, workspace};
+    gpu_call g = {cooperative, stream, workspace, l};
     cake_call c = *call;
     c.backend_call = &g;
     static const cake_backend gpu_backend = {0, gpu_forward_halo, gpu_forward_compute,
@@ -319,46 +343,50 @@ static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
 }
 
 cake_status cake_forward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x, const float *w,
-                              cake_bf16 *y, cake_bf16 *history, cake_recompute_handle *handle,
-                              cake_cooperative cooperative, void *workspace,
-                              size_t workspace_bytes, cudaStream_t stream) {
+                              const cake_conv_params *params, cake_bf16 *y, cake_bf16 *history,
+                              cake_recompute_handle *handle, cake_cooperative cooperative,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream) {
     cake_clear_error();
     const cake_call call = {.multi = 0, .num_tensors = 1, .channels = &channels, .x = &x, .w = &w,
-                            .y = &y, .history = &history, .handle = handle};
+                            .params = params, .y = &y, .history = &history, .handle = handle};
     return run(ctx, &call, 0, cooperative, workspace, workspace_bytes, stream);
 }
 
 cake_status cake_backward_cuda(cake_ctx *ctx, int64_t channels, const cake_bf16 *x,
-                               const float *w, const cake_bf16 *history, const cake_bf16 *dy,
-                               cake_bf16 *dx, float *dw, cake_cooperative cooperative,
-                               void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+                               const float *w, const cake_conv_params *params,
+                               const cake_bf16 *history, const cake_bf16 *dy, cake_bf16 *dx,
+                               float *dw, cake_cooperative cooperative, void *workspace,
+                               size_t workspace_bytes, cudaStream_t stream) {
     cake_clear_error();
     cake_bf16 *h = (cake_bf16 *)history; /* read only in the backward */
     const cake_call call = {.multi = 0, .num_tensors = 1, .channels = &channels, .x = &x, .w = &w,
-                            .history = &h, .dy = &dy, .dx = &dx, .dw = &dw};
+                            .params = params, .history = &h, .dy = &dy, .dx = &dx, .dw = &dw};
     return run(ctx, &call, 1, cooperative, workspace, workspace_bytes, stream);
 }
 
 cake_status cake_forward_multi_cuda(cake_ctx *ctx, int num_tensors, const int64_t *channels,
                                     const cake_bf16 *const *x, const float *const *w,
-                                    cake_bf16 *const *y, cake_bf16 *const *history,
-                                    cake_recompute_handle *handle, cake_cooperative cooperative,
-                                    void *workspace, size_t workspace_bytes, cudaStream_t stream) {
+                                    const cake_conv_params *params, cake_bf16 *const *y,
+                                    cake_bf16 *const *history, cake_recompute_handle *handle,
+                                    cake_cooperative cooperative, void *workspace,
+                                    size_t workspace_bytes, cudaStream_t stream) {
     cake_clear_error();
     const cake_call call = {.multi = 1, .num_tensors = num_tensors, .channels = channels, .x = x,
-                            .w = w, .y = y, .history = history, .handle = handle};
+                            .w = w, .params = params, .y = y, .history = history,
+                            .handle = handle};
     return run(ctx, &call, 0, cooperative, workspace, workspace_bytes, stream);
 }
 
 cake_status cake_backward_multi_cuda(cake_ctx *ctx, int num_tensors, const int64_t *channels,
                                      const cake_bf16 *const *x, const float *const *w,
+                                     const cake_conv_params *params,
                                      const cake_bf16 *const *history, const cake_bf16 *const *dy,
                                      cake_bf16 *const *dx, float *const *dw,
                                      cake_cooperative cooperative, void *workspace,
                                      size_t workspace_bytes, cudaStream_t stream) {
     cake_clear_error();
     const cake_call call = {.multi = 1, .num_tensors = num_tensors, .channels = channels, .x = x,
-                            .w = w, .history = (cake_bf16 *const *)history, .dy = dy, .dx = dx,
-                            .dw = dw};
+                            .w = w, .params = params, .history = (cake_bf16 *const *)history,
+                            .dy = dy, .dx = dx, .dw = dw};
     return run(ctx, &call, 1, cooperative, workspace, workspace_bytes, stream);
 }

@@ -103,12 +103,13 @@ static int refused(cc_rank *rk, cake_status st, const char *call, const char *na
 }
 
 static cake_status forward(const cake_cuda_plan *plan, const bad_args *a, cake_cooperative coop) {
-    return cake_cuda_forward(plan, a->n, a->C, a->x, a->w, a->hist, a->y, coop, ct_stream);
+    return cake_cuda_forward(plan, a->n, a->C, a->x, a->w, NULL, a->hist, a->y, coop, ct_stream);
 }
 
 static cake_status backward(const cake_cuda_plan *plan, const bad_args *a, cake_cooperative coop,
                             void *ws, size_t ws_bytes) {
-    return cake_cuda_backward(plan, a->n, a->C, a->x, a->w, a->hist, a->dy, a->fut, a->dx, a->dw,
+    return cake_cuda_backward(plan, a->n, a->C, a->x, a->w, NULL, a->hist, a->dy, a->fut, a->dx,
+                              a->dw,
                               coop, ws, ws_bytes, ct_stream);
 }
 
@@ -231,7 +232,7 @@ void test_bad_input(void **state) {
 
     /* workspace: given but too small, misaligned */
     size_t need = 0;
-    TU_OK(cake_cuda_backward_workspace_size(rk.dplan, 2, good.C, &need));
+    TU_OK(cake_cuda_backward_workspace_size(rk.dplan, 2, good.C, NULL, &need));
     TU_CHECK(need >= 16, "workspace size %zu for %" PRId64 " rows", need, rk.S);
     void *ws = cu_alloc(need + 64);
     bad += refused(&rk, backward(rk.dplan, &good, CAKE_COOPERATIVE_OFF, ws, need - 16),
@@ -249,11 +250,11 @@ void test_bad_input(void **state) {
                    "plan", TU_NULL, 0);
     size_t bytes = 0;
     tu_set_ctx("bad input: workspace size, plan create");
-    bad += invalid(cake_cuda_backward_workspace_size(NULL, 2, good.C, &bytes),
+    bad += invalid(cake_cuda_backward_workspace_size(NULL, 2, good.C, NULL, &bytes),
                    "workspace_size, NULL plan", "plan", TU_NULL, 0);
-    bad += invalid(cake_cuda_backward_workspace_size(rk.dplan, 2, good.C, NULL),
+    bad += invalid(cake_cuda_backward_workspace_size(rk.dplan, 2, good.C, NULL, NULL),
                    "workspace_size, NULL bytes", "bytes", TU_NULL, 0);
-    bad += invalid(cake_cuda_backward_workspace_size(rk.dplan, 0, good.C, &bytes),
+    bad += invalid(cake_cuda_backward_workspace_size(rk.dplan, 0, good.C, NULL, &bytes),
                    "workspace_size, 0 tensors", "num_tensors", TU_VALUE, 0);
     cake_cuda_plan *dp = NULL;
     bad += invalid(cake_cuda_plan_create(NULL, &dp), "cuda plan create, NULL plan", "plan", TU_NULL,

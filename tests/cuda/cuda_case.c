@@ -128,9 +128,10 @@ void cc_rank_init(cc_rank *rk, const cc_problem *pb, const tu_partition *tp, int
         rk->g_dw[i] = tu_malloc((size_t)C * 4 * sizeof(float));
     }
     /* The truth: the CPU path, tested against the independent reference elsewhere. */
-    TU_OK(cake_cpu_forward(rk->plan, rk->n, rk->C, CC_IN16(rk->x), rk->w, CC_IN16(rk->hist), rk->y,
+    TU_OK(cake_cpu_forward(rk->plan, rk->n, rk->C, CC_IN16(rk->x), rk->w, NULL, CC_IN16(rk->hist),
+                           rk->y,
                            NULL));
-    TU_OK(cake_cpu_backward(rk->plan, rk->n, rk->C, CC_IN16(rk->x), rk->w, CC_IN16(rk->hist),
+    TU_OK(cake_cpu_backward(rk->plan, rk->n, rk->C, CC_IN16(rk->x), rk->w, NULL, CC_IN16(rk->hist),
                             CC_IN16(rk->dy), CC_IN16(rk->fut), rk->dx, rk->dw, NULL));
     for (int i = 0; i < pb->n; i++) {
         const int64_t C = pb->C[i];
@@ -213,11 +214,11 @@ void cc_gpu_run(cc_rank *rk, const cc_launch *l) {
     size_t ws_bytes = 0;
     void *ws = NULL;
     if (l->ws == CC_WS_EXACT) {
-        TU_OK(cake_cuda_backward_workspace_size(rk->dplan, n, rk->C + a, &ws_bytes));
+        TU_OK(cake_cuda_backward_workspace_size(rk->dplan, n, rk->C + a, NULL, &ws_bytes));
         ws = cu_alloc(ws_bytes); /* exactly that many bytes: memcheck sees any overrun */
     }
     cake_status st =
-        cake_cuda_forward(rk->dplan, n, rk->C + a, CC_IN16(rk->d_x + a), CC_INF(rk->d_w + a),
+        cake_cuda_forward(rk->dplan, n, rk->C + a, CC_IN16(rk->d_x + a), CC_INF(rk->d_w + a), NULL,
                           CC_IN16(rk->d_hist + a), rk->d_y + a, l->coop, l->stream);
     if (st != CAKE_SUCCESS) {
         tu_report("rank %d, %s: cake_cuda_forward -> %s: %s", rk->rank, desc,
@@ -225,6 +226,7 @@ void cc_gpu_run(cc_rank *rk, const cc_launch *l) {
         fail_msg("cake_cuda_forward failed");
     }
     st = cake_cuda_backward(rk->dplan, n, rk->C + a, CC_IN16(rk->d_x + a), CC_INF(rk->d_w + a),
+                            NULL,
                             CC_IN16(rk->d_hist + a), CC_IN16(rk->d_dy + a), CC_IN16(rk->d_fut + a),
                             rk->d_dx + a, rk->d_dw + a, l->coop, ws, ws_bytes, l->stream);
     if (st != CAKE_SUCCESS) {

@@ -270,8 +270,8 @@ static void run_large(int64_t S, const char *name) {
     cake_bf16 *ys[] = {y_cpu}, *dxs[] = {dx_cpu};
     float *dws[] = {dw_cpu};
     const int64_t ch[] = {C};
-    TU_OK(cake_cpu_forward(plan, 1, ch, xs, ws, hs, ys, &opt));
-    TU_OK(cake_cpu_backward(plan, 1, ch, xs, ws, hs, dys, fs, dxs, dws, &opt));
+    TU_OK(cake_cpu_forward(plan, 1, ch, xs, ws, NULL, hs, ys, &opt));
+    TU_OK(cake_cpu_backward(plan, 1, ch, xs, ws, NULL, hs, dys, fs, dxs, dws, &opt));
     t0 = lg_now();
     printf("[cake-test]   CPU forward + backward in %.1f s\n", t0 - t1);
 
@@ -286,7 +286,7 @@ static void run_large(int64_t S, const char *name) {
     cake_cuda_plan *dplan = NULL;
     TU_OK(cake_cuda_plan_create(plan, &dplan));
     size_t ws_bytes = 0;
-    TU_OK(cake_cuda_backward_workspace_size(dplan, 1, ch, &ws_bytes));
+    TU_OK(cake_cuda_backward_workspace_size(dplan, 1, ch, NULL, &ws_bytes));
     void *d_ws = cu_alloc(ws_bytes);
     CU_CHECK(cudaDeviceSynchronize());
     cake_bf16 *got = tu_malloc(bytes);
@@ -312,8 +312,8 @@ static void run_large(int64_t S, const char *name) {
         CU_CHECK(cudaMemset(d_dx, 0xff, bytes));
         CU_CHECK(cudaMemset(d_dw, 0xff, (size_t)C * 16));
         t0 = lg_now();
-        TU_OK(cake_cuda_forward(dplan, 1, ch, in_x, in_w, in_h, out_y, forms[j], 0));
-        TU_OK(cake_cuda_backward(dplan, 1, ch, in_x, in_w, in_h, in_dy, in_f, out_dx, out_dw,
+        TU_OK(cake_cuda_forward(dplan, 1, ch, in_x, in_w, NULL, in_h, out_y, forms[j], 0));
+        TU_OK(cake_cuda_backward(dplan, 1, ch, in_x, in_w, NULL, in_h, in_dy, in_f, out_dx, out_dw,
                                  forms[j], caller_ws ? d_ws : NULL, caller_ws ? ws_bytes : 0, 0));
         snprintf(what, sizeof what, "%s, cooperative=%s, workspace %s", name,
                  forms[j] == CAKE_COOPERATIVE_OFF  ? "OFF"

@@ -119,9 +119,11 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
         gdx[i] = malloc(rb + 2);
     }
     /* CPU path */
-    OK(cake_forward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x, (const float *const *)t->w,
+    OK(cake_forward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x,
+                          (const float *const *)t->w, NULL,
                           t->y, t->hist, NULL));
-    OK(cake_backward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x, (const float *const *)t->w,
+    OK(cake_backward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x,
+                           (const float *const *)t->w, NULL,
                            (const cake_bf16 *const *)t->hist, (const cake_bf16 *const *)t->dy,
                            t->dx, t->dw));
     /* GPU path on the same context; outputs poisoned first */
@@ -139,9 +141,11 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
     }
     cudaStream_t stream;
     CUDA(cudaStreamCreate(&stream));
-    OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x, (const float *const *)t->d_w,
+    OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
+                               (const float *const *)t->d_w, NULL,
                                d_y, t->d_hist, NULL, coop, NULL, 0, stream));
-    OK(cake_backward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x, (const float *const *)t->d_w,
+    OK(cake_backward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
+                                (const float *const *)t->d_w, NULL,
                                 (const cake_bf16 *const *)t->d_hist, (const cake_bf16 *const *)t->d_dy,
                                 d_dx, d_dw, coop, NULL, 0, stream));
     CUDA(cudaStreamSynchronize(stream));
@@ -159,10 +163,12 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
     cake_recompute_handle *h;
     OK(cake_recompute_handle_create(&h));
     cake_ctx_stats before, after;
-    OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x, (const float *const *)t->d_w,
+    OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
+                               (const float *const *)t->d_w, NULL,
                                d_y, t->d_hist, h, coop, NULL, 0, stream));
     OK(cake_ctx_get_stats(ctx, &before));
-    OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x, (const float *const *)t->d_w,
+    OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
+                               (const float *const *)t->d_w, NULL,
                                d_y, t->d_hist, h, coop, NULL, 0, stream));
     OK(cake_ctx_get_stats(ctx, &after));
     CUDA(cudaStreamSynchronize(stream));
@@ -172,7 +178,8 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
         CUDA(cudaMemcpy(gy[i], d_y[i], rb, cudaMemcpyDeviceToHost));
         compare("y from handle", gy[i], t->y[i], rb, where);
     }
-    if (cake_forward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x, (const float *const *)t->w,
+    if (cake_forward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x,
+                           (const float *const *)t->w, NULL,
                            t->y, t->hist, h) != CAKE_ERROR_INVALID_ARGUMENT ||
         !strstr(cake_last_error(), "recompute_handle"))
         fail("a CPU forward accepted a handle filled on the GPU (%s): %s", where, cake_last_error());
@@ -222,8 +229,9 @@ static void compare_single_rank(const cake_plan *plan, const tensors *t, uint64_
             }
         const cake_bf16 *xs[] = {gx}, *dys[] = {gdy};
         const float *ws[] = {t->w[i]};
-        if (cake_cpu_forward_single_rank(cu, num_seqs, 1, &C, xs, ws, &gy, NULL) != CAKE_SUCCESS ||
-            cake_cpu_backward_single_rank(cu, num_seqs, 1, &C, xs, ws, dys, &gdx,
+        if (cake_cpu_forward_single_rank(cu, num_seqs, 1, &C, xs, ws, NULL, &gy,
+                                         NULL) != CAKE_SUCCESS ||
+            cake_cpu_backward_single_rank(cu, num_seqs, 1, &C, xs, ws, NULL, dys, &gdx,
                                           (float *[]){gdw}, NULL) != CAKE_SUCCESS) {
             fail("single-rank run: %s", cake_last_error());
         } else {

@@ -71,9 +71,10 @@ static void check_one_rank(const mc_trial *t, const tu_problem *pb, const tu_ref
         one.tp.l2g = l2g_one;
         mc_local L;
         mc_local_init(&L, &one, 0, cake_ctx_pool_rows(ctx));
-        if (mc_ok(cake_forward_multi(ctx, t->n, t->C, MC_CX(&L), MC_CW(&L), L.y, L.hist, NULL),
+        if (mc_ok(cake_forward_multi(ctx, t->n, t->C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist,
+                                     NULL),
                   "P = 1: cake_forward_multi") &&
-            mc_ok(cake_backward_multi(ctx, t->n, t->C, MC_CX(&L), MC_CW(&L), MC_CHIST(&L),
+            mc_ok(cake_backward_multi(ctx, t->n, t->C, MC_CX(&L), MC_CW(&L), NULL, MC_CHIST(&L),
                                       MC_CDY(&L), L.dx, L.dw),
                   "P = 1: cake_backward_multi")) {
             tu_rank_out o = mc_local_as_out(&L);
@@ -133,10 +134,11 @@ static void run_trial(int index)
         goto done;
 
     /* The multi call, against the reference. */
-    if (!mc_all(mc_ok(cake_forward_multi(ctx, t.n, t.C, MC_CX(&A), MC_CW(&A), A.y, A.hist, handle),
+    if (!mc_all(mc_ok(cake_forward_multi(ctx, t.n, t.C, MC_CX(&A), MC_CW(&A), NULL, A.y, A.hist,
+                                         handle),
                       "cake_forward_multi")))
         goto done;
-    if (!mc_all(mc_ok(cake_backward_multi(ctx, t.n, t.C, MC_CX(&A), MC_CW(&A), MC_CHIST(&A),
+    if (!mc_all(mc_ok(cake_backward_multi(ctx, t.n, t.C, MC_CX(&A), MC_CW(&A), NULL, MC_CHIST(&A),
                                           MC_CDY(&A), A.dx, A.dw),
                       "cake_backward_multi")))
         goto done;
@@ -147,11 +149,12 @@ static void run_trial(int index)
     /* The same tensors one by one (forwards in order, backwards in reverse, as autograd would):
      * bitwise the multi call, history pools included. */
     for (int i = 0; i < t.n; i++)
-        if (!mc_all(mc_ok(cake_forward(ctx, t.C[i], B.x[i], B.w[i], B.y[i], B.hist[i], NULL),
+        if (!mc_all(mc_ok(cake_forward(ctx, t.C[i], B.x[i], B.w[i], NULL, B.y[i], B.hist[i], NULL),
                           "cake_forward")))
             goto done;
     for (int i = t.n - 1; i >= 0; i--)
-        if (!mc_all(mc_ok(cake_backward(ctx, t.C[i], B.x[i], B.w[i], B.hist[i], B.dy[i], B.dx[i],
+        if (!mc_all(mc_ok(cake_backward(ctx, t.C[i], B.x[i], B.w[i], NULL, B.hist[i], B.dy[i],
+                                        B.dx[i],
                                         B.dw[i]),
                           "cake_backward")))
             goto done;
@@ -162,11 +165,12 @@ static void run_trial(int index)
         MC_CHECK(cake_recompute_handle_contains(handle, "conv"),
                  "the handle has no \"conv\" entry after a forward");
         mc_local_poison(&B);
-        if (!mc_all(mc_ok(cake_forward_multi(ctx, t.n, t.C, MC_CX(&B), MC_CW(&B), B.y, B.hist,
+        if (!mc_all(mc_ok(cake_forward_multi(ctx, t.n, t.C, MC_CX(&B), MC_CW(&B), NULL, B.y, B.hist,
                                              handle),
                           "cake_forward_multi from a filled handle")))
             goto done;
-        if (!mc_all(mc_ok(cake_backward_multi(ctx, t.n, t.C, MC_CX(&B), MC_CW(&B), MC_CHIST(&B),
+        if (!mc_all(mc_ok(cake_backward_multi(ctx, t.n, t.C, MC_CX(&B), MC_CW(&B), NULL,
+                                              MC_CHIST(&B),
                                               MC_CDY(&B), B.dx, B.dw),
                           "cake_backward_multi after the recompute")))
             goto done;

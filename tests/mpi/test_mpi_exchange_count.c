@@ -348,20 +348,24 @@ static void run_ctx(const mc_trial *t, const needs *nd, int check, double timeou
         r.row_bytes += (int64_t)sizeof(cake_bf16) * t->C[i];
     const int chk = check ? 1 : 0;
 
-    STEP("forward_multi", cake_forward_multi(ctx, n, t->C, MC_CX(&A), MC_CW(&A), A.y, A.hist, NULL),
+    STEP("forward_multi", cake_forward_multi(ctx, n, t->C, MC_CX(&A), MC_CW(&A), NULL, A.y,
+                                             A.hist, NULL),
          0, 1, chk);
-    STEP("backward_multi", cake_backward_multi(ctx, n, t->C, MC_CX(&A), MC_CW(&A), MC_CHIST(&A),
+    STEP("backward_multi", cake_backward_multi(ctx, n, t->C, MC_CX(&A), MC_CW(&A), NULL,
+                                               MC_CHIST(&A),
                                                MC_CDY(&A), A.dx, A.dw),
          1, 1, chk);
     if (!mc_ok(cake_recompute_handle_create(&handle), "cake_recompute_handle_create"))
         goto done;
     STEP("forward_multi filling a handle",
-         cake_forward_multi(ctx, n, t->C, MC_CX(&B), MC_CW(&B), B.y, B.hist, handle), 0, 1, chk);
+         cake_forward_multi(ctx, n, t->C, MC_CX(&B), MC_CW(&B), NULL, B.y, B.hist, handle), 0, 1,
+             chk);
     mc_local_poison(&B);
     cake_ctx_stats s0, s1;
     cake_ctx_get_stats(ctx, &s0);
     STEP("forward_multi from the filled handle",
-         cake_forward_multi(ctx, n, t->C, MC_CX(&B), MC_CW(&B), B.y, B.hist, handle), -1, 0, chk);
+         cake_forward_multi(ctx, n, t->C, MC_CX(&B), MC_CW(&B), NULL, B.y, B.hist, handle), -1, 0,
+             chk);
     cake_ctx_get_stats(ctx, &s1);
     MC_CHECK(s1.forwards_from_handle - s0.forwards_from_handle == 1 &&
                  s1.forward_calls - s0.forward_calls == 1,
@@ -371,7 +375,8 @@ static void run_ctx(const mc_trial *t, const needs *nd, int check, double timeou
              s1.forward_calls - s0.forward_calls);
     mc_count(mc_local_diff("forward from the handle vs without", &B, &A, 1, 0));
     STEP("backward_multi after the recompute",
-         cake_backward_multi(ctx, n, t->C, MC_CX(&B), MC_CW(&B), MC_CHIST(&B), MC_CDY(&B), B.dx,
+         cake_backward_multi(ctx, n, t->C, MC_CX(&B), MC_CW(&B), NULL, MC_CHIST(&B), MC_CDY(&B),
+                             B.dx,
                              B.dw),
          1, 1, chk);
     mc_count(mc_local_diff("backward after the recompute vs first backward", &B, &A, 0, 1));
@@ -382,9 +387,11 @@ static void run_ctx(const mc_trial *t, const needs *nd, int check, double timeou
         char op[64];
         r.row_bytes = (int64_t)sizeof(cake_bf16) * t->C[i];
         snprintf(op, sizeof op, "single forward of tensor %d", i);
-        STEP(op, cake_forward(ctx, t->C[i], B.x[i], B.w[i], B.y[i], B.hist[i], NULL), 0, 1, chk);
+        STEP(op, cake_forward(ctx, t->C[i], B.x[i], B.w[i], NULL, B.y[i], B.hist[i], NULL), 0, 1,
+             chk);
         snprintf(op, sizeof op, "single backward of tensor %d", i);
-        STEP(op, cake_backward(ctx, t->C[i], B.x[i], B.w[i], B.hist[i], B.dy[i], B.dx[i], B.dw[i]),
+        STEP(op, cake_backward(ctx, t->C[i], B.x[i], B.w[i], NULL, B.hist[i], B.dy[i], B.dx[i],
+                               B.dw[i]),
              1, 1, chk);
     }
     cake_ctx_stats s;

@@ -74,7 +74,7 @@ static void handle_misuse(int index)
     mc_local_init(&ref, &t, mc_rank, cake_ctx_pool_rows(ctx));
     mc_local_init(&L, &t, mc_rank, cake_ctx_pool_rows(ctx));
     /* Outputs of the correct calls, without a handle. */
-    if (!mc_all(mc_ok(cake_forward_multi(ctx, 3, C, MC_CX(&ref), MC_CW(&ref), ref.y, ref.hist,
+    if (!mc_all(mc_ok(cake_forward_multi(ctx, 3, C, MC_CX(&ref), MC_CW(&ref), NULL, ref.y, ref.hist,
                                          NULL),
                       "reference forward_multi")))
         goto done;
@@ -85,9 +85,10 @@ static void handle_misuse(int index)
         !mc_ok(cake_recompute_handle_set(multi2, "kda", kda, sizeof kda), "handle set kda"))
         goto done;
     /* multi2: filled by a multi call of tensors 0 and 1; single: by a single call of tensor 0. */
-    if (!mc_all(mc_ok(cake_forward_multi(ctx, 2, C, MC_CX(&L), MC_CW(&L), L.y, L.hist, multi2),
+    if (!mc_all(mc_ok(cake_forward_multi(ctx, 2, C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist,
+                                         multi2),
                       "forward_multi filling a handle") &&
-                mc_ok(cake_forward(ctx, C[0], L.x[0], L.w[0], L.y[0], L.hist[0], single),
+                mc_ok(cake_forward(ctx, C[0], L.x[0], L.w[0], NULL, L.y[0], L.hist[0], single),
                       "forward filling a handle")))
         goto done;
 
@@ -95,25 +96,25 @@ static void handle_misuse(int index)
     mc_local_poison(&L);
     cake_status st;
     mc_case("handle misuse, %s: single call, handle filled by a multi call", t.desc);
-    st = cake_forward(ctx, C[0], L.x[0], L.w[0], L.y[0], L.hist[0], multi2);
+    st = cake_forward(ctx, C[0], L.x[0], L.w[0], NULL, L.y[0], L.hist[0], multi2);
     expect_status("single call", st, CAKE_ERROR_INVALID_ARGUMENT, "recompute_handle", "single",
                   "multi", (const char *)NULL);
     mc_case("handle misuse, %s: multi call, handle filled by a single call", t.desc);
-    st = cake_forward_multi(ctx, 1, C, MC_CX(&L), MC_CW(&L), L.y, L.hist, single);
+    st = cake_forward_multi(ctx, 1, C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist, single);
     expect_status("multi call", st, CAKE_ERROR_INVALID_ARGUMENT, "recompute_handle", "single",
                   "multi", (const char *)NULL);
     mc_case("handle misuse, %s: 3 tensors, handle filled with 2", t.desc);
-    st = cake_forward_multi(ctx, 3, C, MC_CX(&L), MC_CW(&L), L.y, L.hist, multi2);
+    st = cake_forward_multi(ctx, 3, C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist, multi2);
     expect_status("multi call", st, CAKE_ERROR_INVALID_ARGUMENT, "recompute_handle", "2", "3",
                   (const char *)NULL);
     /* Tensors 1, 2 against a handle of tensors 0, 1: the channel counts differ at index 0. */
     mc_case("handle misuse, %s: other channel counts, multi call", t.desc);
-    st = cake_forward_multi(ctx, 2, C + 1, MC_CX(&L) + 1, MC_CW(&L) + 1, L.y + 1, L.hist + 1,
+    st = cake_forward_multi(ctx, 2, C + 1, MC_CX(&L) + 1, MC_CW(&L) + 1, NULL, L.y + 1, L.hist + 1,
                             multi2);
     expect_status("multi call", st, CAKE_ERROR_INVALID_ARGUMENT, "recompute_handle",
                   "channels[0]", "8", "16", (const char *)NULL);
     mc_case("handle misuse, %s: another channel count, single call", t.desc);
-    st = cake_forward(ctx, C[1], L.x[1], L.w[1], L.y[1], L.hist[1], single);
+    st = cake_forward(ctx, C[1], L.x[1], L.w[1], NULL, L.y[1], L.hist[1], single);
     expect_status("single call", st, CAKE_ERROR_INVALID_ARGUMENT, "recompute_handle", "8", "16",
                   (const char *)NULL);
     mc_case("handle misuse, %s: after the errors", t.desc);
@@ -121,9 +122,10 @@ static void handle_misuse(int index)
     /* The entries are intact: the right calls are served from them and equal the reference. */
     cake_ctx_stats s0, s1;
     cake_ctx_get_stats(ctx, &s0);
-    if (!mc_all(mc_ok(cake_forward_multi(ctx, 2, C, MC_CX(&L), MC_CW(&L), L.y, L.hist, multi2),
+    if (!mc_all(mc_ok(cake_forward_multi(ctx, 2, C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist,
+                                         multi2),
                       "forward_multi from its own handle") &&
-                mc_ok(cake_forward(ctx, C[0], L.x[0], L.w[0], L.y[0], L.hist[0], single),
+                mc_ok(cake_forward(ctx, C[0], L.x[0], L.w[0], NULL, L.y[0], L.hist[0], single),
                       "forward from its own handle")))
         goto done;
     cake_ctx_get_stats(ctx, &s1);
@@ -151,7 +153,7 @@ static void handle_misuse(int index)
         cake_bf16 *oh = tu_malloc((size_t)(pool * C[0]) * sizeof *oh);
         memset(ox, 0, (size_t)(S * C[0]) * sizeof *ox);
         memset(oy, 0x5a, (size_t)(S * C[0]) * sizeof *oy);
-        st = cake_forward(other, C[0], S ? ox : NULL, L.w[0], S ? oy : NULL, pool ? oh : NULL,
+        st = cake_forward(other, C[0], S ? ox : NULL, L.w[0], NULL, S ? oy : NULL, pool ? oh : NULL,
                           single);
         expect_status("call through another context", st, CAKE_ERROR_INVALID_ARGUMENT,
                       "recompute_handle", (const char *)NULL);
@@ -165,7 +167,7 @@ static void handle_misuse(int index)
     }
     /* Emptied, the handle serves another call again. */
     if (mc_ok(cake_recompute_handle_erase(multi2, "conv"), "erase conv"))
-        mc_all(mc_ok(cake_forward_multi(ctx, 3, C, MC_CX(&L), MC_CW(&L), L.y, L.hist, multi2),
+        mc_all(mc_ok(cake_forward_multi(ctx, 3, C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist, multi2),
                      "forward_multi of 3 tensors with the emptied handle"));
 done:
     cake_recompute_handle_destroy(multi2);
@@ -225,7 +227,7 @@ static void check_mode_case(int index, odd_kind kind, int d)
         goto done;
     /* Matching calls first where the case needs them. */
     if (kind == ODD_FILLED) { /* every rank fills its handle, then only rank d keeps it */
-        if (!mc_all(mc_ok(cake_forward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), L.y, L.hist,
+        if (!mc_all(mc_ok(cake_forward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist,
                                              handle),
                           "forward_multi filling the handle")))
             goto done;
@@ -233,34 +235,39 @@ static void check_mode_case(int index, odd_kind kind, int d)
             mc_ok(cake_recompute_handle_erase(handle, "conv"), "erase conv");
     }
     if (kind == ODD_CHANNELS_BACKWARD &&
-        !mc_all(mc_ok(cake_forward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), L.y, L.hist, NULL),
+        !mc_all(mc_ok(cake_forward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist,
+                                         NULL),
                       "forward_multi")))
         goto done;
     mc_local *use = odd ? &M : &L;
     mc_local_poison(use);
     switch (kind) {
     case ODD_CHANNELS_BACKWARD:
-        st = cake_backward_multi(ctx, 3, mine.C, MC_CX(use), MC_CW(use), MC_CHIST(use),
+        st = cake_backward_multi(ctx, 3, mine.C, MC_CX(use), MC_CW(use), NULL, MC_CHIST(use),
                                  MC_CDY(use), use->dx, use->dw);
         break;
     case ODD_TENSORS:
-        st = cake_forward_multi(ctx, odd ? 2 : 3, t.C, MC_CX(use), MC_CW(use), use->y, use->hist,
+        st = cake_forward_multi(ctx, odd ? 2 : 3, t.C, MC_CX(use), MC_CW(use), NULL, use->y,
+                                use->hist,
                                 NULL);
         break;
     case ODD_ENTRY:
-        st = odd ? cake_forward(ctx, t.C[0], use->x[0], use->w[0], use->y[0], use->hist[0], NULL)
-                 : cake_forward_multi(ctx, 1, t.C, MC_CX(use), MC_CW(use), use->y, use->hist,
+        st = odd ? cake_forward(ctx, t.C[0], use->x[0], use->w[0], NULL, use->y[0], use->hist[0],
+                                NULL)
+                 : cake_forward_multi(ctx, 1, t.C, MC_CX(use), MC_CW(use), NULL, use->y, use->hist,
                                       NULL);
         break;
     case ODD_HANDLE:
-        st = cake_forward_multi(ctx, 3, t.C, MC_CX(use), MC_CW(use), use->y, use->hist,
+        st = cake_forward_multi(ctx, 3, t.C, MC_CX(use), MC_CW(use), NULL, use->y, use->hist,
                                 odd ? handle : NULL);
         break;
     case ODD_FILLED:
-        st = cake_forward_multi(ctx, 3, t.C, MC_CX(use), MC_CW(use), use->y, use->hist, handle);
+        st = cake_forward_multi(ctx, 3, t.C, MC_CX(use), MC_CW(use), NULL, use->y, use->hist,
+                                handle);
         break;
     default:
-        st = cake_forward_multi(ctx, 3, mine.C, MC_CX(use), MC_CW(use), use->y, use->hist, NULL);
+        st = cake_forward_multi(ctx, 3, mine.C, MC_CX(use), MC_CW(use), NULL, use->y, use->hist,
+                                NULL);
         break;
     }
     /* Every rank: the field, and the odd rank among every rank's value of it. */
@@ -280,9 +287,9 @@ static void check_mode_case(int index, odd_kind kind, int d)
                  "the refused call changed the handle's \"conv\" entry");
     /* Nothing was exchanged: the ranks are still in step and matching calls work. */
     mc_local_poison(&L);
-    if (mc_all(mc_ok(cake_forward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), L.y, L.hist, NULL),
+    if (mc_all(mc_ok(cake_forward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist, NULL),
                      "matching forward_multi after the mismatch")) &&
-        mc_all(mc_ok(cake_backward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), MC_CHIST(&L),
+        mc_all(mc_ok(cake_backward_multi(ctx, 3, t.C, MC_CX(&L), MC_CW(&L), NULL, MC_CHIST(&L),
                                          MC_CDY(&L), L.dx, L.dw),
                      "matching backward_multi after the mismatch"))) {
         tu_problem pb;
@@ -382,9 +389,9 @@ static void timeout_case(late_kind kind, int64_t C)
     if (mc_rank != 0) {
         double t0 = MPI_Wtime();
         st = kind == LATE_BACKWARD
-                 ? cake_backward_multi(ctx, 1, t.C, MC_CX(&L), MC_CW(&L), MC_CHIST(&L),
+                 ? cake_backward_multi(ctx, 1, t.C, MC_CX(&L), MC_CW(&L), NULL, MC_CHIST(&L),
                                        MC_CDY(&L), L.dx, L.dw)
-                 : cake_forward_multi(ctx, 1, t.C, MC_CX(&L), MC_CW(&L), L.y, L.hist, NULL);
+                 : cake_forward_multi(ctx, 1, t.C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist, NULL);
         double elapsed = MPI_Wtime() - t0;
         expect_status("the call rank 0 skipped", st, CAKE_ERROR_TIMEOUT, (const char *)NULL);
         MC_CHECK(cake_last_error()[0] != '\0', "a timeout without a message");
@@ -392,10 +399,10 @@ static void timeout_case(late_kind kind, int64_t C)
         MC_CHECK(elapsed >= 0.9 * limit && elapsed < limit + 10.0,
                  "the timeout fired after %.3f s, limit %.1f s", elapsed, limit);
         /* Messages may still be in flight: the context refuses every further call. */
-        st = cake_forward_multi(ctx, 1, t.C, MC_CX(&L), MC_CW(&L), L.y, L.hist, NULL);
+        st = cake_forward_multi(ctx, 1, t.C, MC_CX(&L), MC_CW(&L), NULL, L.y, L.hist, NULL);
         expect_status("forward_multi after the timeout", st, CAKE_ERROR_COMMUNICATION,
                       (const char *)NULL);
-        st = cake_backward(ctx, t.C[0], L.x[0], L.w[0], L.hist[0], L.dy[0], L.dx[0], L.dw[0]);
+        st = cake_backward(ctx, t.C[0], L.x[0], L.w[0], NULL, L.hist[0], L.dy[0], L.dx[0], L.dw[0]);
         expect_status("backward after the timeout", st, CAKE_ERROR_COMMUNICATION,
                       (const char *)NULL);
     }
