@@ -29,6 +29,9 @@ constexpr int kStepRows = 8;      /* rows whose loads are issued together */
 #ifndef CAKE_CUDA_BACKWARD_STAGES
 #define CAKE_CUDA_BACKWARD_STAGES 3
 #endif
+#ifndef CAKE_CUDA_BACKWARD_SILU_STAGES /* SiLU's backward holds more state per row */
+#define CAKE_CUDA_BACKWARD_SILU_STAGES 2
+#endif
 #ifndef CAKE_CUDA_BACKWARD_MIN_BLOCKS
 #define CAKE_CUDA_BACKWARD_MIN_BLOCKS 2
 #endif
@@ -411,7 +414,7 @@ struct BackwardOp {
 template <bool kDx, bool kDw, int V>
 struct BackwardSiluOp {
     static constexpr int kLookahead = kDx ? 3 : 0;
-    static constexpr int kStages = CAKE_CUDA_BACKWARD_STAGES;
+    static constexpr int kStages = CAKE_CUDA_BACKWARD_SILU_STAGES;
     static constexpr bool kNeedValid = true;
     struct Stage {
         uint32_t x[kStepRows], d[kStepRows]; /* x(t + r + L), dy(t + r + L) */
