@@ -1,34 +1,33 @@
 #!/usr/bin/env python3
-"""GPU benchmark: cake's forward and backward kernels beside torch.nn.functional.conv1d.
+"""GPU benchmark: cake's forward and backward kernels (the C-level calls, plan-level, P = 1)
+beside torch.nn.functional.conv1d, for the plain op and for bias + SiLU.
 
-Bytes counted: forward x read + y written; backward x, dy read + dx written (pools, weights and
-the dw workspace are not counted). GB/s is also given as a percentage of the device-to-device
-copy bandwidth measured in the same run (torch copy_, bytes read + written). Times are medians
-of CUDA-graph replays (one launch sequence per replay), so host launch overhead is excluded.
+Bytes counted: forward x read + y written; backward x, dy read + dx written (pools, weights,
+bias and the dw workspace are not counted). GB/s is also given as a percentage of the
+device-to-device copy bandwidth measured in the same run (a 16-byte copy kernel, bytes read +
+written). Times are medians of CUDA-graph replays (one launch sequence per replay), so host
+launch overhead is excluded.
 
-Usage: python3 bench/bench_gpu.py --lib build/libcake_cuda.so [--quick]
+Usage: PYTHONPATH=python python3 bench/bench_gpu.py --lib build/libcake_cuda.so [--quick]
 """
 import argparse
 import ctypes
+import json
+import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from cake import _lib  # noqa: E402  (the one ctypes definition of cake.h's structs)
+
 CAKE_SUCCESS = 0
 COOP = {"auto": -1, "off": 0, "on": 1}
-
-
-class HaloRow(ctypes.Structure):
-    _fields_ = [("global_row", ctypes.c_int64), ("local_row", ctypes.c_int64),
-                ("rank", ctypes.c_int32), ("is_local", ctypes.c_int32)]
-
-
-class Fragment(ctypes.Structure):
-    _fields_ = [("local_start", ctypes.c_int64), ("length", ctypes.c_int64),
-                ("global_start", ctypes.c_int64), ("seq_index", ctypes.c_int64),
-                ("seq_start", ctypes.c_int64), ("seq_end", ctypes.c_int64),
-                ("history", HaloRow * 3), ("future", HaloRow * 3)]
+ACTIVATION_SILU = 1
+VARIANTS = {"plain": (False, False), "bias": (True, False), "silu": (False, True),
+            "bias+silu": (True, True)}
 
 
 def load(path):
@@ -64,7 +63,7 @@ def ptrs(tensors):
 class Problem:
     """n tensors of [S, C] packed with random sequence lengths, on one rank (P = 1)."""
 
-    def __init__(self, lib, n, S, C, mean_length, seed):
+    def __init__(self, lib, n, S, C, mean_length, seed, variant="plain"):
         g = torch.Generator().manual_seed(seed)
         lengths, total = [], 0
         while total < S:
@@ -80,7 +79,7 @@ class Problem:
         check(lib, lib.cake_cuda_plan_create(plan, ctypes.byref(self.cuda_plan)), "cuda plan")
         frags = []
         for f in range(lib.cake_plan_num_fragments(plan)):
-            fr = Fragment()
+            fr = _lib.Fragment()
             check(lib, lib.cake_plan_fragment(plan, f, ctypes.byref(fr)), "fragment")
             frags.append(fr)
         self.channels = (ctypes.c_int64 * n)(*[C] * n)
@@ -91,15 +90,26 @@ class Problem:
         self.y = [torch.empty_like(t) for t in self.x]
         self.dx = [torch.empty_like(t) for t in self.x]
         self.dw = [torch.empty_like(t) for t in self.w]
+        with_bias, silu = VARIANTS[variant]
+        self.bias = [(torch.rand(C, generator=g) - 0.5).to(dev) for _ in range(n)] if with_bias else []
+        self.dbias = [torch.empty_like(b) for b in self.bias]
+        self.params = _lib.ConvParams(ACTIVATION_SILU if silu else 0,
+                                      ptrs(self.bias) if with_bias else None,
+                                      ptrs(self.dbias) if with_bias else None)
+        self._keep = (self.params.bias, self.params.dbias)
         # Pools from the fragments (P = 1: every halo row is local or +0.0).
         hist_idx, fut_idx = [], []
         for fr in frags:
             hist_idx += [h.local_row for h in fr.history]
             fut_idx += [h.local_row for h in fr.future]
         self.history = [self._pool(t, hist_idx) for t in self.x]
-        self.future = [self._pool(t, fut_idx) for t in self.dy]
+        # The future pool: dy rows, then with an activation x at the same rows (cake.h).
+        self.future = [torch.cat([self._pool(d, fut_idx)] + ([self._pool(t, fut_idx)] if silu else []))
+                       for d, t in zip(self.dy, self.x)]
         size = ctypes.c_size_t()
-        check(lib, lib.cake_cuda_backward_workspace_size(self.cuda_plan, n, self.channels, None, ctypes.byref(size)), "ws")
+        check(lib, lib.cake_cuda_backward_workspace_size(self.cuda_plan, n, self.channels,
+                                                         ctypes.byref(self.params),
+                                                         ctypes.byref(size)), "ws")
         self.workspace = torch.empty(max(size.value, 16), dtype=torch.uint8, device=dev)
         self.num_seqs = len(lengths)
 
@@ -113,13 +123,13 @@ class Problem:
 
     def forward(self, coop):
         check(self.lib, self.lib.cake_cuda_forward(
-            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), None,
-            ptrs(self.history), ptrs(self.y), COOP[coop], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "forward")
+            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w),
+            ctypes.byref(self.params), ptrs(self.history), ptrs(self.y), COOP[coop], ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "forward")
 
     def backward(self, coop):
         check(self.lib, self.lib.cake_cuda_backward(
-            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w), None,
-            ptrs(self.history), ptrs(self.dy), ptrs(self.future), ptrs(self.dx), ptrs(self.dw), COOP[coop],
+            self.cuda_plan, self.n, self.channels, ptrs(self.x), ptrs(self.w),
+            ctypes.byref(self.params), ptrs(self.history), ptrs(self.dy), ptrs(self.future), ptrs(self.dx), ptrs(self.dw), COOP[coop],
             ctypes.c_void_p(self.workspace.data_ptr()), self.workspace.numel(),
             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)), "backward")
 
@@ -214,18 +224,26 @@ def kernel_copy_bandwidth(nbytes, sms):
 
 def torch_conv(p):
     """Depthwise causal conv1d over the whole packed batch (ignores sequence boundaries, so it
-    does less than cake), on [1, C, S] inputs prepared outside the timing."""
+    does less than cake), with the problem's bias and SiLU, on [1, C, S] inputs prepared
+    outside the timing."""
     xs = [t.t().contiguous().unsqueeze(0).requires_grad_(True) for t in p.x]
     ws = [w.flip(1).unsqueeze(1).contiguous().requires_grad_(True) for w in p.w]  # [C, 1, 4]
+    bs = [b.clone().requires_grad_(True) for b in p.bias]
     dys = [t.t().contiguous().unsqueeze(0) for t in p.dy]
+    silu = p.params.activation == ACTIVATION_SILU
 
     def fwd():
-        return [F.conv1d(x, w.to(x.dtype), padding=3, groups=p.C)[..., :p.S] for x, w in zip(xs, ws)]
+        outs = []
+        for i, (x, w) in enumerate(zip(xs, ws)):
+            y = F.conv1d(x, w.to(x.dtype), bs[i].to(x.dtype) if bs else None, padding=3,
+                         groups=p.C)[..., :p.S]
+            outs.append(F.silu(y) if silu else y)
+        return outs
 
     outs = fwd()  # the backward alone is timed: autograd.grad over a kept graph
 
     def bwd():
-        torch.autograd.grad(outs, xs + ws, dys, retain_graph=True)
+        torch.autograd.grad(outs, xs + ws + bs, dys, retain_graph=True)
 
     return fwd, bwd
 
@@ -235,9 +253,13 @@ def main():
     ap.add_argument("--lib", default="build/libcake_cuda.so")
     ap.add_argument("--quick", action="store_true", help="fewer replays")
     ap.add_argument("--shapes", default="main,S=8192,small", help="comma list of shape names")
+    ap.add_argument("--variants", default="plain,bias+silu",
+                    help="comma list of " + ", ".join(VARIANTS))
+    ap.add_argument("--coop", default="off,on,auto", help="launch forms to time")
     ap.add_argument("--no-torch", action="store_true", help="cake only")
+    ap.add_argument("--json", help="write the rows here as JSON")
     ap.add_argument("--once", action="store_true",
-                    help="one forward and one backward per shape, no timing (for ncu)")
+                    help="one forward and one backward per shape and variant, no timing (ncu)")
     args = ap.parse_args()
     lib = load(args.lib)
     replays = 20 if args.quick else 100
@@ -253,49 +275,52 @@ def main():
           f"{(kcopy or 0) / 1e9:.0f} GB/s; %copy below is against {copy / 1e9:.0f} GB/s")
     shapes = [("main", 3, 32768, 4096, 4096), ("S=8192", 3, 8192, 4096, 4096),
               ("small", 1, 2048, 2048, 512)]
-    print(f"{'shape':8} {'impl':22} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
+    table = []
     for name, n, S, C, mean in shapes:
         if name not in args.shapes.split(","):
             continue
-        p = Problem(lib, n, S, C, mean, seed=1)
-        if args.once:
-            p.forward("off")
-            p.backward("off")
-            torch.cuda.synchronize()
-            continue
         fwd_bytes = 2 * n * S * C * 2
         bwd_bytes = 3 * n * S * C * 2
-        rows = []
-        for coop in ("off", "on", "auto"):
-            rows.append((f"cake coop={coop}", "fwd", time_graph(lambda: p.forward(coop), replays), fwd_bytes))
-            rows.append((f"cake coop={coop}", "bwd", time_graph(lambda: p.backward(coop), replays), bwd_bytes))
-        if args.no_torch:
-            shapes_rows(name, rows, copy)
-            continue
-        tf, tb = torch_conv(p)
-        with torch.no_grad():
-            rows.append(("torch conv1d", "fwd", time_graph(tf, replays), fwd_bytes))
-        tb()  # first autograd call outside any capture
-        torch.cuda.synchronize()
-        try:
-            rows.append(("torch conv1d autograd", "bwd", time_graph(tb, replays), bwd_bytes))
-        except RuntimeError:  # autograd could not be captured: time it with events instead
-            torch.cuda.synchronize()
-            rows.append(("torch conv1d autograd*", "bwd", time_events(tb, replays), bwd_bytes))
-        shapes_rows(name, rows, copy)
-        del p
-        torch.cuda.empty_cache()
+        for variant in args.variants.split(","):
+            p = Problem(lib, n, S, C, mean, seed=1, variant=variant)
+            if args.once:
+                p.forward("off")
+                p.backward("off")
+                torch.cuda.synchronize()
+                continue
+            rows = []
+            for coop in args.coop.split(","):
+                rows.append((f"cake coop={coop}", "fwd", time_graph(lambda: p.forward(coop), replays), fwd_bytes))
+                rows.append((f"cake coop={coop}", "bwd", time_graph(lambda: p.backward(coop), replays), bwd_bytes))
+            if not args.no_torch:
+                tf, tb = torch_conv(p)
+                with torch.no_grad():
+                    rows.append(("torch conv1d", "fwd", time_graph(tf, replays), fwd_bytes))
+                tb()  # first autograd call outside any capture
+                torch.cuda.synchronize()
+                try:
+                    rows.append(("torch conv1d autograd", "bwd", time_graph(tb, replays), bwd_bytes))
+                except RuntimeError:  # autograd could not be captured: time it with events
+                    torch.cuda.synchronize()
+                    rows.append(("torch conv1d autograd*", "bwd", time_events(tb, replays), bwd_bytes))
+            for impl, d, ms, nbytes in rows:
+                bw = nbytes / (ms * 1e-3)
+                table.append({"shape": name, "variant": variant, "impl": impl, "dir": d,
+                              "us": ms * 1e3, "GBps": bw / 1e9, "pct_copy": 100 * bw / copy})
+            del p
+            torch.cuda.empty_cache()
     if args.once:
         return
+    print(f"{'shape':8} {'variant':9} {'impl':23} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
+    for r in table:
+        print(f"{r['shape']:8} {r['variant']:9} {r['impl']:23} {r['dir']:4} {r['us']:9.1f} "
+              f"{r['GBps']:8.0f} {r['pct_copy']:5.1f}%")
     print(f"device-to-device copy again at the end: {copy_bandwidth(2 << 30) / 1e9:.0f} GB/s")
     print("* timed with events around each call (launch overhead included): autograd could not "
           "be captured in a CUDA graph")
-
-
-def shapes_rows(name, rows, copy):
-    for impl, d, ms, nbytes in rows:
-        bw = nbytes / (ms * 1e-3)
-        print(f"{name:8} {impl:22} {d:4} {ms * 1e3:9.1f} {bw / 1e9:8.0f} {100 * bw / copy:5.1f}%")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": props.name, "copy_GBps": copy / 1e9, "rows": table}, f, indent=1)
 
 
 if __name__ == "__main__":
