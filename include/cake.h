@@ -210,6 +210,18 @@ CAKE_API const char *cake_cpu_isa_name(cake_cpu_isa isa);
 /* The path a call with `isa` runs: CAKE_CPU_ISA_AUTO becomes the fastest supported one. */
 CAKE_API cake_cpu_isa cake_cpu_isa_resolve(cake_cpu_isa isa);
 
+/*
+ * Environment variables. Each is read where it applies: CAKE_CHECK and CAKE_TIMEOUT_SECONDS by
+ * cake_ctx_create, CAKE_NUM_THREADS by cake_ctx_create and by each plan-level or single-rank CPU
+ * call given num_threads = 0; nothing is cached between calls. A set variable must hold exactly
+ * one of these forms (no spaces, signs or trailing characters); anything else, the empty string
+ * included, fails that call with CAKE_ERROR_INVALID_ARGUMENT naming the variable and its value
+ * (e.g. `CAKE_TIMEOUT_SECONDS: expected a finite number of seconds >= 0 ..., got "-5"`):
+ *   CAKE_CHECK=0|1                  check mode off or on (cake_ctx_options.check)
+ *   CAKE_TIMEOUT_SECONDS=<seconds>  a finite decimal number >= 0 (30, 0.5, 1e3); 0 = no limit
+ *   CAKE_NUM_THREADS=<n>            a decimal integer in [1, 4096]
+ */
+
 typedef struct cake_cpu_options {
     int num_threads;  /* 0: $CAKE_NUM_THREADS, else the online processors. Never changes bits. */
     cake_cpu_isa isa; /* CAKE_CPU_ISA_AUTO unless forcing a path (tests, benchmarks) */
@@ -294,21 +306,28 @@ typedef struct cake_transport {
 typedef struct cake_ctx cake_ctx;
 
 typedef struct cake_ctx_options {
-    /* 1: before each exchange the ranks compare a fingerprint of the call (entry point, tensor
-     * count, channel counts, rows of the partition, call number, recompute handle passed and
-     * filled) and all fail with CAKE_ERROR_MISMATCH naming the first differing rank and field.
-     * This costs one small message per peer per call, also in a forward that reuses a filled
-     * recompute handle. 0: off unless the environment has CAKE_CHECK=1 at creation. */
+    /* 1: before each exchange the ranks compare a fingerprint of the call (direction, entry
+     * point, tensor count, channel counts, params: activation and bias passed or not, the
+     * partition: T and a 64-bit hash of cu_seqlens and every rank's ranges, the call number,
+     * recompute handle passed and filled) and all fail with CAKE_ERROR_MISMATCH naming the
+     * first differing field and every rank's value of it. Every call on a context takes a call
+     * number, refused ones included, so a call one rank refused (a bad argument) shows up in
+     * the next round as a differing call number rather than pairing that rank's next call with
+     * the others' refused one. This costs one small message per peer per call, also in a
+     * forward that reuses a filled recompute handle. 0: off unless CAKE_CHECK=1 at creation. */
     int check;
     /* > 0: an exchange (or check round) not complete in this many seconds fails with
      * CAKE_ERROR_TIMEOUT, and the context refuses further calls. 0: $CAKE_TIMEOUT_SECONDS at
      * creation if set, else wait as long as it takes. */
     double timeout_seconds;
-    cake_cpu_options cpu; /* threads and ISA of the CPU kernels */
+    cake_cpu_options cpu; /* threads and ISA of the CPU kernels; num_threads = 0 takes
+                             $CAKE_NUM_THREADS at creation */
 } cake_ctx_options;
 
 /* Builds this rank's plan and its send and receive lists. Every rank of the group calls it with
- * the same partition. No communication. The transport struct is copied; `options` may be NULL. */
+ * the same partition. No communication. The transport struct is copied; `options` may be NULL.
+ * Reads CAKE_CHECK, CAKE_TIMEOUT_SECONDS and CAKE_NUM_THREADS (above): a set but invalid one is
+ * CAKE_ERROR_INVALID_ARGUMENT, whether or not `options` overrides it. */
 CAKE_API cake_status cake_ctx_create(const cake_partition *partition, int rank,
                                      const cake_transport *transport,
                                      const cake_ctx_options *options, cake_ctx **out);
@@ -375,7 +394,10 @@ CAKE_API cake_status cake_backward_multi(cake_ctx *ctx, int num_tensors, const i
  * Recompute handle: a keyed store, one per call and micro-step, created outside the outermost
  * activation-checkpoint region. The forward fills its "conv" entry with the history pools (set
  * and get refuse that key; erase empties it); a later forward with the same handle reads them
- * back and exchanges nothing. Other keys (e.g. "kda") hold any bytes the caller puts there.
+ * back and exchanges nothing. The entry records the kind of call, tensor and channel counts,
+ * the partition's hash and the rank: a forward that differs in any of them (another context,
+ * unless over an equal partition on the same rank) is CAKE_ERROR_INVALID_ARGUMENT, naming the
+ * values that differ. Other keys (e.g. "kda") hold any bytes the caller puts there.
  */
 CAKE_API cake_status cake_recompute_handle_create(cake_recompute_handle **out);
 CAKE_API void cake_recompute_handle_destroy(cake_recompute_handle *handle);

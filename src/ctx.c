@@ -1,8 +1,10 @@
 /* Contexts: this rank's plan and halo lists, the transport, and the protocol every CP call
  * follows whatever the backend (usable context, recompute handle rules, check mode, counters). */
 #include "ctx_internal.h"
+#include "env.h"
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +59,13 @@ cake_status cake_ctx_create(const cake_partition *partition, int rank,
                          "options->timeout_seconds: expected >= 0 (0 = no limit), got %g",
                          options->timeout_seconds);
     CAKE_CHECK(cake_check_cpu_options(&options->cpu, "options->cpu."));
+    /* The environment, read once here: a value the user set but mistyped is an error now
+     * rather than a silent default (no check, no timeout) later. */
+    int env_check, env_threads;
+    double env_timeout;
+    CAKE_CHECK(cake_env_check(&env_check));
+    CAKE_CHECK(cake_env_timeout(&env_timeout));
+    CAKE_CHECK(cake_env_threads(&env_threads));
     cake_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "context: out of memory");
     cake_status status = cake_plan_create(partition, rank, &ctx->plan);
@@ -65,15 +74,13 @@ cake_status cake_ctx_create(const cake_partition *partition, int rank,
         return status;
     }
     ctx->group = (cake_group){&ctx->transport, rank, cake_partition_num_ranks(partition),
-                              cake_partition_total_rows(partition), options->timeout_seconds};
-    const char *env_check = getenv("CAKE_CHECK");
-    ctx->check = options->check != 0 || (env_check && strcmp(env_check, "1") == 0);
-    const char *env_timeout = getenv("CAKE_TIMEOUT_SECONDS");
-    if (ctx->group.timeout_seconds == 0.0 && env_timeout) {
-        const double t = strtod(env_timeout, NULL);
-        if (t > 0.0) ctx->group.timeout_seconds = t;
-    }
+                              cake_partition_total_rows(partition),
+                              cake_partition_hash(partition),
+                              options->timeout_seconds > 0.0 ? options->timeout_seconds
+                                                             : env_timeout};
+    ctx->check = options->check != 0 || env_check;
     ctx->cpu = options->cpu;
+    if (ctx->cpu.num_threads == 0) ctx->cpu.num_threads = env_threads; /* 0 when unset */
     status = build_lists(ctx, partition);
     if (status != CAKE_SUCCESS) {
         cake_plan_destroy(ctx->plan);
@@ -178,13 +185,21 @@ static cake_status check_handle(const cake_ctx *ctx, const cake_backend *backend
                              "recompute_handle: its \"conv\" entry holds channels[%d] = %lld, this "
                              "call has %lld", i, (long long)e->channels[i],
                              (long long)call->channels[i]);
-    if (e->pool_rows != cake_plan_pool_rows(ctx->plan) || e->total_rows != ctx->group.total_rows ||
-        e->rank != ctx->group.rank)
+    if (e->partition_hash != ctx->group.partition_hash || e->rank != ctx->group.rank) {
+        char differs[160] = "";
+        size_t used = 0;
+        if (e->partition_hash != ctx->group.partition_hash)
+            used += (size_t)snprintf(differs, sizeof differs, "partition hash 0x%016llx vs "
+                                     "0x%016llx", (unsigned long long)e->partition_hash,
+                                     (unsigned long long)ctx->group.partition_hash);
+        if (e->rank != ctx->group.rank)
+            snprintf(differs + used, sizeof differs - used, "%srank %d vs %d", used ? ", " : "",
+                     e->rank, ctx->group.rank);
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                          "recompute_handle: its \"conv\" entry was filled through another "
-                         "context (partition of %lld rows, rank %d; this one: %lld rows, rank %d)",
-                         (long long)e->total_rows, e->rank, (long long)ctx->group.total_rows,
-                         ctx->group.rank);
+                         "context (the entry's vs this one's: %s); one handle serves one call on "
+                         "one context", differs);
+    }
     if (e->device != backend->device)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                          "recompute_handle: its \"conv\" entry holds pools in %s memory, this call "
@@ -200,12 +215,33 @@ cake_status cake_ctx_exchange_failed(cake_ctx *ctx, cake_status status) {
     return status;
 }
 
-static cake_status check_round(cake_ctx *ctx, const cake_call *call, int backward, int filled) {
-    const int64_t call_number = ctx->calls++;
+cake_status cake_ctx_check_call(cake_ctx *ctx, const cake_call *call, int backward,
+                                int alignment) {
+    ctx->calls++;
+    ctx->call_numbered = 1;
+    cake_call_args args = cake_call_args_of(ctx, call, backward);
+    args.alignment = alignment;
+    const cake_status status = cake_check_call_args(&args);
+    if (status != CAKE_SUCCESS) ctx->call_numbered = 0; /* refused, but its number is taken */
+    return status;
+}
+
+/* The number of the call now running: the one cake_ctx_check_call gave it, or the next one for
+ * a backend that checks its arrays itself. */
+static int64_t call_number(cake_ctx *ctx) {
+    if (!ctx->call_numbered) ctx->calls++;
+    ctx->call_numbered = 0;
+    return ctx->calls - 1;
+}
+
+static cake_status check_round(cake_ctx *ctx, const cake_call *call, int64_t number, int backward,
+                               int filled) {
     if (!ctx->check) return CAKE_SUCCESS;
+    const cake_conv_params *p = cake_params_or_default(call->params);
     const cake_call_info info = {backward, call->multi, call->num_tensors, call->channels,
-                                 call->handle != NULL, filled};
-    cake_status status = cake_check_round(&ctx->group, call_number, &info, &ctx->staging, &ctx->stats);
+                                 call->handle != NULL, filled, (int)p->activation,
+                                 p->bias != NULL};
+    cake_status status = cake_check_round(&ctx->group, number, &info, &ctx->staging, &ctx->stats);
     if (status != CAKE_SUCCESS && status != CAKE_ERROR_MISMATCH) return cake_ctx_exchange_failed(ctx, status);
     return status;
 }
@@ -215,7 +251,7 @@ static cake_status store_entry(cake_ctx *ctx, const cake_backend *backend, const
     cake_conv_entry e = {.multi = call->multi, .num_tensors = n,
                          .channels = malloc(sizeof(int64_t) * (size_t)n),
                          .pool_rows = cake_plan_pool_rows(ctx->plan),
-                         .total_rows = ctx->group.total_rows, .rank = ctx->group.rank,
+                         .partition_hash = ctx->group.partition_hash, .rank = ctx->group.rank,
                          .device = backend->device};
     if (!e.channels) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for the recompute handle");
     memcpy(e.channels, call->channels, sizeof(int64_t) * (size_t)n);
@@ -228,10 +264,11 @@ static cake_status store_entry(cake_ctx *ctx, const cake_backend *backend, const
 }
 
 cake_status cake_ctx_run_forward(cake_ctx *ctx, const cake_backend *backend, const cake_call *call) {
+    const int64_t number = call_number(ctx);
     CAKE_CHECK(check_usable(ctx));
     cake_conv_entry *saved = cake_handle_conv(call->handle);
     CAKE_CHECK(check_handle(ctx, backend, saved, call));
-    CAKE_CHECK(check_round(ctx, call, 0, saved != NULL));
+    CAKE_CHECK(check_round(ctx, call, number, 0, saved != NULL));
     ctx->stats.forward_calls++;
     if (saved) {
         CAKE_CHECK(backend->load_pools(ctx, call, saved));
@@ -245,8 +282,9 @@ cake_status cake_ctx_run_forward(cake_ctx *ctx, const cake_backend *backend, con
 }
 
 cake_status cake_ctx_run_backward(cake_ctx *ctx, const cake_backend *backend, const cake_call *call) {
+    const int64_t number = call_number(ctx);
     CAKE_CHECK(check_usable(ctx));
-    CAKE_CHECK(check_round(ctx, call, 1, 0));
+    CAKE_CHECK(check_round(ctx, call, number, 1, 0));
     ctx->stats.backward_calls++;
     return backend->backward(ctx, call);
 }

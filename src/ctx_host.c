@@ -95,15 +95,13 @@ static const cake_backend host_backend = {-1, host_forward_halo, host_forward_co
 
 static cake_status forward(cake_ctx *ctx, const cake_call *call) {
     if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
-    const cake_call_args args = cake_call_args_of(ctx, call, 0);
-    CAKE_CHECK(cake_check_call_args(&args));
+    CAKE_CHECK(cake_ctx_check_call(ctx, call, 0, 0));
     return cake_ctx_run_forward(ctx, &host_backend, call);
 }
 
 static cake_status backward(cake_ctx *ctx, const cake_call *call) {
     if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
-    const cake_call_args args = cake_call_args_of(ctx, call, 1);
-    CAKE_CHECK(cake_check_call_args(&args));
+    CAKE_CHECK(cake_ctx_check_call(ctx, call, 1, 0));
     return cake_ctx_run_backward(ctx, &host_backend, call);
 }
 

@@ -16,7 +16,10 @@ struct cake_ctx {
     cake_halo_lists lists[2]; /* [CAKE_POOL_HISTORY], [CAKE_POOL_FUTURE] */
     int check;
     cake_cpu_options cpu;
+    /* Calls begun on this context, refused ones included, so that check mode sees a call one
+     * rank refused locally; call_numbered: the running call already has its number. */
     int64_t calls;
+    int call_numbered;
     int broken; /* an exchange timed out or failed: messages may still be in flight */
     cake_ctx_stats stats;
     cake_staging staging;
@@ -58,9 +61,14 @@ typedef struct cake_backend {
 
 /* Argument arrays of a call, for cake_check_call_args. */
 cake_call_args cake_call_args_of(const cake_ctx *ctx, const cake_call *call, int backward);
+/* What every public call on a context does first: takes the call's number (every call takes
+ * one, refused or not, so that check mode names the difference when one rank refused a call
+ * the others made) and checks its arrays (cake_check_call_args, with `alignment`). */
+cake_status cake_ctx_check_call(cake_ctx *ctx, const cake_call *call, int backward,
+                                int alignment);
 
 /* The protocol: usable context, recompute handle rules, check mode, counters, then the
- * backend. The caller has checked the arrays (cake_check_call_args and its own rules). */
+ * backend. The caller has checked the arrays (cake_ctx_check_call and its own rules). */
 cake_status cake_ctx_run_forward(cake_ctx *ctx, const cake_backend *backend, const cake_call *call);
 cake_status cake_ctx_run_backward(cake_ctx *ctx, const cake_backend *backend, const cake_call *call);
 

@@ -1,5 +1,8 @@
 #include "parallel.h"
 
+#include "env.h"
+#include "internal.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,13 +37,24 @@ void cake_parallel_for(int threads, int64_t units, cake_unit_fn fn, void *contex
     free(ids);
 }
 
-int cake_resolve_threads(int requested) {
-    if (requested > 0) return requested;
-    const char *env = getenv("CAKE_NUM_THREADS");
-    if (env) {
-        const long n = strtol(env, NULL, 10);
-        if (n > 0 && n < 4096) return (int)n;
-    }
+static int online_processors(void) {
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     return online > 0 ? (int)online : 1;
+}
+
+cake_status cake_cpu_threads(int requested, int *threads) {
+    *threads = requested;
+    if (requested > 0) return CAKE_SUCCESS;
+    CAKE_CHECK(cake_env_threads(threads)); /* read per call: no hidden global state */
+    if (*threads == 0) *threads = online_processors();
+    return CAKE_SUCCESS;
+}
+
+int cake_resolve_threads(int requested) {
+    int threads = 0;
+    if (cake_cpu_threads(requested, &threads) != CAKE_SUCCESS) {
+        cake_clear_error();
+        threads = online_processors();
+    }
+    return threads;
 }

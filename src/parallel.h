@@ -5,13 +5,20 @@
 
 #include <stdint.h>
 
+#include "cake.h"
+
 typedef void (*cake_unit_fn)(void *context, int64_t unit);
 
 /* Runs fn(context, u) for every u in [0, units) on up to `threads` threads (the caller's
  * included). If a thread cannot be started the others do its share. */
 void cake_parallel_for(int threads, int64_t units, cake_unit_fn fn, void *context);
 
-/* 0 means $CAKE_NUM_THREADS if set to a positive number, else the online processors. */
+/* The threads of a CPU call: `requested` when > 0; for 0, $CAKE_NUM_THREADS (read now, and
+ * an invalid value fails the call with the message of cake_env_threads), else the online
+ * processors. */
+cake_status cake_cpu_threads(int requested, int *threads);
+/* The same for a caller that cannot fail: an invalid $CAKE_NUM_THREADS counts as unset. Kept
+ * only until src/conv_cpu.c calls cake_cpu_threads. */
 int cake_resolve_threads(int requested);
 
 #endif

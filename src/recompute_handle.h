@@ -12,8 +12,8 @@ typedef struct cake_conv_entry {
     int num_tensors;
     int64_t *channels;    /* num_tensors */
     int64_t pool_rows;
-    int64_t total_rows;   /* T of the partition, and the rank, so another context is refused */
-    int rank;
+    uint64_t partition_hash; /* of the context that filled it, and its rank: another context */
+    int rank;                /* is refused */
     int device;           /* -1: pools in host memory; else the CUDA device holding them */
     void *pools;          /* the history pools, tensor after tensor */
     void *stream;         /* device pools: the stream that used them last, which frees them */

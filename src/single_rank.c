@@ -1,6 +1,7 @@
 /* The whole op on one process: a P = 1 partition, its plan, and pools filled by local copies. */
 #include "args.h"
 #include "internal.h"
+#include "parallel.h"
 #include "pools.h"
 
 #include <stdlib.h>
@@ -64,6 +65,15 @@ static cake_status single_init(single *s, const int64_t *cu_seqlens, int64_t num
     return status;
 }
 
+/* The options with the thread count resolved now ($CAKE_NUM_THREADS read once per call, and an
+ * invalid value refused before anything is allocated). Bad options are left for
+ * cake_cpu_forward / cake_cpu_backward to name. */
+static cake_status resolve_options(const cake_cpu_options *options, cake_cpu_options *out) {
+    *out = options ? *options : (cake_cpu_options){0, CAKE_CPU_ISA_AUTO};
+    if (out->num_threads == 0) CAKE_CHECK(cake_cpu_threads(0, &out->num_threads));
+    return CAKE_SUCCESS;
+}
+
 cake_status cake_cpu_forward_single_rank(const int64_t *cu_seqlens, int64_t num_seqs,
                                          int num_tensors, const int64_t *channels,
                                          const cake_bf16 *const *x, const float *const *w,
@@ -72,10 +82,12 @@ cake_status cake_cpu_forward_single_rank(const int64_t *cu_seqlens, int64_t num_
     cake_clear_error();
     const cake_call_args call = {.num_tensors = num_tensors, .channels = channels, .x = x,
                                  .w = w, .params = params, .y = y};
+    cake_cpu_options resolved;
+    CAKE_CHECK(resolve_options(options, &resolved));
     single s;
     CAKE_CHECK(single_init(&s, cu_seqlens, num_seqs, &call));
     cake_status status = cake_cpu_forward(s.plan, num_tensors, channels, x, w, params,
-                                          (const cake_bf16 *const *)s.history, y, options);
+                                          (const cake_bf16 *const *)s.history, y, &resolved);
     single_free(&s);
     return status;
 }
@@ -90,11 +102,14 @@ cake_status cake_cpu_backward_single_rank(const int64_t *cu_seqlens, int64_t num
     const cake_call_args call = {.num_tensors = num_tensors, .channels = channels, .x = x,
                                  .w = w, .params = params, .dy = dy, .dx = dx, .dw = dw,
                                  .backward = 1};
+    cake_cpu_options resolved;
+    CAKE_CHECK(resolve_options(options, &resolved));
     single s;
     CAKE_CHECK(single_init(&s, cu_seqlens, num_seqs, &call));
     cake_status status = cake_cpu_backward(s.plan, num_tensors, channels, x, w, params,
                                            (const cake_bf16 *const *)s.history, dy,
-                                           (const cake_bf16 *const *)s.future, dx, dw, options);
+                                           (const cake_bf16 *const *)s.future, dx, dw,
+                                           &resolved);
     single_free(&s);
     return status;
 }
