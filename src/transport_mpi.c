@@ -8,10 +8,13 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define PIECE_BYTES ((int64_t)1 << 30)
+#define MAX_MPI_TEXT 400 /* characters of MPI_Error_string's text kept in a message */
 
 typedef struct mpi_state {
     MPI_Comm comm;
@@ -61,6 +64,73 @@ static void abandon(MPI_Request *requests, int64_t count) {
     }
 }
 
+/* The error of a failed MPI call: the one in a status when the call says MPI_ERR_IN_STATUS. */
+static int actual_error(int rc, const MPI_Status *statuses, int64_t count, int64_t *index) {
+    *index = -1;
+    if (rc != MPI_ERR_IN_STATUS || !statuses) return rc;
+    for (int64_t i = 0; i < count; i++)
+        if (statuses[i].MPI_ERROR != MPI_SUCCESS && statuses[i].MPI_ERROR != MPI_ERR_PENDING) {
+            *index = i;
+            return statuses[i].MPI_ERROR;
+        }
+    return rc;
+}
+
+/* The peer of request `piece` among the pieces of `count` transfers, or -1. */
+static int peer_of(const cake_transfer *t, int count, int64_t piece) {
+    for (int i = 0; i < count; i++) {
+        const int64_t n = t[i].bytes > 0 ? (t[i].bytes + PIECE_BYTES - 1) / PIECE_BYTES : 1;
+        if (piece < n) return t[i].peer;
+        piece -= n;
+    }
+    return -1;
+}
+
+/* One exchange's messages, for the message of a failure. */
+typedef struct exchange_desc {
+    int tag;
+    const cake_transfer *sends, *receives;
+    int num_sends, num_receives;
+    int64_t num_recv_pieces; /* requests [0, num_recv_pieces) are receives, the rest sends */
+} exchange_desc;
+
+/* "exchange: <what> failed in a receive from rank R, tag T: <MPI's text> (MPI error code N,
+ * class M)", and for a truncated message (a peer sent more than this rank expected) its likely
+ * cause. */
+static cake_status mpi_failure(const char *what, int rc, const MPI_Status *statuses,
+                               int64_t count, const exchange_desc *d) {
+    int64_t index;
+    const int error = actual_error(rc, statuses, count, &index);
+    char text[MPI_MAX_ERROR_STRING + 1] = "";
+    int length = 0, error_class = error;
+    if (MPI_Error_string(error, text, &length) != MPI_SUCCESS) length = 0;
+    text[length > 0 && length <= MPI_MAX_ERROR_STRING ? length : 0] = '\0';
+    /* One line (MPICH's text is an error stack over several), short enough to leave room for
+     * the rest of the message. */
+    for (char *c = text; *c; c++)
+        if (*c == '\n' || *c == '\t') *c = ' ';
+    if (strlen(text) > MAX_MPI_TEXT) memcpy(text + MAX_MPI_TEXT - 3, "...", 4);
+    if (!text[0]) snprintf(text, sizeof text, "(no text from MPI_Error_string)");
+    MPI_Error_class(error, &error_class);
+    char where[96] = "";
+    if (index >= 0) {
+        const int receive = index < d->num_recv_pieces;
+        snprintf(where, sizeof where, " in a %s rank %d (tag %d)",
+                 receive ? "receive from" : "send to",
+                 receive ? peer_of(d->receives, d->num_receives, index)
+                         : peer_of(d->sends, d->num_sends, index - d->num_recv_pieces),
+                 d->tag);
+    }
+    return cake_fail(CAKE_ERROR_COMMUNICATION, "exchange: %s failed%s: %s (MPI error code %d, "
+                     "class %d)%s", what, where, text, error, error_class,
+                     error_class == MPI_ERR_TRUNCATE
+                         ? "; a peer sent more bytes than this rank expected, so the ranks most "
+                           "likely did not make the same call (entry point, tensor or channel "
+                           "counts, partition, or a call one rank skipped): check mode "
+                           "(CAKE_CHECK=1 or cake_ctx_options.check) finds which"
+                         : "");
+}
+
 static cake_status mpi_exchange(void *state, int tag, const cake_transfer *sends, int num_sends,
                                 const cake_transfer *receives, int num_receives,
                                 double timeout_seconds) {
@@ -70,27 +140,37 @@ static cake_status mpi_exchange(void *state, int tag, const cake_transfer *sends
     if (count > INT_MAX)
         return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "exchange: %lld MPI messages exceed an int",
                          (long long)count);
-    MPI_Request *requests = malloc(sizeof(MPI_Request) * (size_t)(count > 0 ? count : 1));
-    if (!requests) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "exchange: out of memory");
+    const size_t slots = (size_t)(count > 0 ? count : 1);
+    MPI_Request *requests = malloc(sizeof(MPI_Request) * slots);
+    MPI_Status *statuses = malloc(sizeof(MPI_Status) * slots);
+    if (!requests || !statuses) {
+        free(requests);
+        free(statuses);
+        return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "exchange: out of memory");
+    }
     for (int64_t i = 0; i < count; i++) requests[i] = MPI_REQUEST_NULL;
     /* Receives first, so every send finds its receive already posted. */
     int rc = post(receives, num_receives, tag, s->comm, 1, requests);
     if (rc == MPI_SUCCESS) rc = post(sends, num_sends, tag, s->comm, 0, requests + num_recv_pieces);
+    const exchange_desc desc = {tag, sends, receives, num_sends, num_receives, num_recv_pieces};
     cake_status status = CAKE_SUCCESS;
     if (rc != MPI_SUCCESS) {
         abandon(requests, count);
-        status = cake_fail(CAKE_ERROR_COMMUNICATION, "exchange: posting an MPI message failed (%d)", rc);
+        status = mpi_failure("posting an MPI message", rc, NULL, count, &desc);
     } else if (timeout_seconds <= 0.0) {
-        rc = MPI_Waitall((int)count, requests, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS)
-            status = cake_fail(CAKE_ERROR_COMMUNICATION, "exchange: MPI_Waitall failed (%d)", rc);
+        rc = MPI_Waitall((int)count, requests, statuses);
+        if (rc != MPI_SUCCESS) {
+            status = mpi_failure("MPI_Waitall", rc, statuses, count, &desc);
+            abandon(requests, count);
+        }
     } else {
         const double deadline = now_seconds() + timeout_seconds;
         int done = 0;
         while (!done) {
-            rc = MPI_Testall((int)count, requests, &done, MPI_STATUSES_IGNORE);
+            rc = MPI_Testall((int)count, requests, &done, statuses);
             if (rc != MPI_SUCCESS) {
-                status = cake_fail(CAKE_ERROR_COMMUNICATION, "exchange: MPI_Testall failed (%d)", rc);
+                status = mpi_failure("MPI_Testall", rc, statuses, count, &desc);
+                abandon(requests, count);
                 break;
             }
             if (!done && now_seconds() > deadline) {
@@ -105,6 +185,7 @@ static cake_status mpi_exchange(void *state, int tag, const cake_transfer *sends
         }
     }
     free(requests);
+    free(statuses);
     return status;
 }
 
