@@ -29,13 +29,18 @@ __device__ __forceinline__ int64_t first_item() {
 }
 __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
-/* Forward items: (run of rows, channel pair); consecutive threads take consecutive pairs. */
+/* Channels one thread of a row covers. */
+constexpr int kForwardColumn = 2 * kForwardLanes, kBackwardColumn = 2 * kBackwardLanes;
+
+/* Forward items: (run of rows, column of kForwardLanes pairs); consecutive threads take
+ * consecutive columns. */
 template <int V>
 __device__ void forward_items(const ConvArgs &a) {
     for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
-        const int64_t local = item - T.work_begin, pairs = T.channels / 2;
-        forward_item<V>(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
+        const int64_t local = item - T.work_begin, columns = T.channels / kForwardColumn;
+        forward_item<V>(a, T, (local / columns) * a.rows_per_item,
+                        kForwardColumn * (local % columns));
     }
 }
 
@@ -45,20 +50,21 @@ __device__ __forceinline__ int tensor_of_dx(const ConvArgs &a, int64_t item) {
     return i;
 }
 
-/* Backward items: (dw block, channel pair), consecutive threads on consecutive pairs. Fused:
- * dx comes with the dw walk. Split: the dw walks, then the dx items (run of rows, pair). */
+/* Backward items: (dw block, column), consecutive threads on consecutive columns. Fused: dx
+ * comes with the dw walk. Split: the dw walks, then the dx items (run of rows, column). */
 template <bool kSplit, int V>
 __device__ void backward_items(const ConvArgs &a) {
     for (int64_t item = first_item(); item < a.total_work + a.dx_work; item += item_stride()) {
         if (item < a.total_work) {
             const TensorArgs &T = a.t[tensor_of(a, item)];
-            const int64_t local = item - T.work_begin, pairs = T.channels / 2;
-            backward_item<!kSplit, V>(a, T, local / pairs, 2 * (local % pairs));
+            const int64_t local = item - T.work_begin, columns = T.channels / kBackwardColumn;
+            backward_item<!kSplit, V>(a, T, local / columns, kBackwardColumn * (local % columns));
         } else if (kSplit) {
             const int64_t dx = item - a.total_work;
             const TensorArgs &T = a.t[tensor_of_dx(a, dx)];
-            const int64_t local = dx - T.dx_begin, pairs = T.channels / 2;
-            dx_item<V>(a, T, (local / pairs) * a.rows_per_item, 2 * (local % pairs));
+            const int64_t local = dx - T.dx_begin, columns = T.channels / kBackwardColumn;
+            dx_item<V>(a, T, (local / columns) * a.rows_per_item,
+                       kBackwardColumn * (local % columns));
         }
     }
 }
@@ -81,13 +87,24 @@ __device__ void tree_items(const ConvArgs &a, const TreePass &pass) {
     }
 }
 
+/* Forward blocks per SM the registers must allow (a bound the compiler keeps without spilling
+ * for the lanes and rows in flight chosen); SiLU is bound by its arithmetic. */
+#ifndef CAKE_CUDA_FORWARD_MIN_BLOCKS
+#define CAKE_CUDA_FORWARD_MIN_BLOCKS 2
+#endif
 template <int V>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const __grid_constant__ ConvArgs a) {
+__global__ void __launch_bounds__(kThreads, (V & kSilu) ? 2 : CAKE_CUDA_FORWARD_MIN_BLOCKS)
+    forward_kernel(const __grid_constant__ ConvArgs a) {
     forward_items<V>(a);
 }
 
+/* The split form serves small calls, with few dw chains: their latency, not occupancy, bounds
+ * it, so it may trade blocks for a deeper load ring (CAKE_CUDA_DW_STAGES). */
+#ifndef CAKE_CUDA_SPLIT_MIN_BLOCKS
+#define CAKE_CUDA_SPLIT_MIN_BLOCKS 2
+#endif
 template <bool kSplit, int V>
-__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
+__global__ void __launch_bounds__(kThreads, kSplit ? CAKE_CUDA_SPLIT_MIN_BLOCKS : kBackwardMinBlocks)
     backward_kernel(const __grid_constant__ ConvArgs a) {
     backward_items<kSplit, V>(a);
 }
@@ -217,11 +234,11 @@ int64_t resident_threads() {
 }
 
 /* Rows per item of the row-run walks: long runs stream best, but small calls need more items
- * to fill the GPU. Never changes bits. */
-int64_t rows_per_item(int64_t rows, int64_t pairs) {
+ * to fill the GPU. `columns`: threads across one row of every tensor. Never changes bits. */
+int64_t rows_per_item(int64_t rows, int64_t columns) {
     const int64_t want = 2 * resident_threads();
     int64_t r = kForwardRows;
-    while (r > kStepRows && (rows + r - 1) / r * pairs < want) r /= 2;
+    while (r > kStepRows && (rows + r - 1) / r * columns < want) r /= 2;
     return r;
 }
 
@@ -238,11 +255,12 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     a.future_valid = cake_cuda_plan_future_valid(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
-    int64_t pairs = 0;
-    for (int i = first; i < first + count; i++) pairs += call.channels[i] / 2;
-    a.rows_per_item = rows_per_item(a.rows, pairs);
+    const int column = backward ? kBackwardColumn : kForwardColumn;
+    int64_t columns = 0;
+    for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
+    a.rows_per_item = rows_per_item(a.rows, columns);
     /* Too few dw blocks to fill the GPU: walk dx apart, in short runs, next to the dw chains. */
-    a.split = backward && (force_split || a.num_blocks * pairs < resident_threads() / 8);
+    a.split = backward && (force_split || a.num_blocks * columns < resident_threads() / 8);
     int64_t work = 0, dx_work = 0;
     for (int k = 0; k < count; k++) {
         const int i = first + k;
@@ -265,11 +283,11 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
             T.dbias = p->dbias ? p->dbias[i] : NULL;
             T.partials = partials;
             partials += roots * taps_of(V) * C;
-            work += a.num_blocks * (C / 2);
-            if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / 2);
+            work += a.num_blocks * (C / column);
+            if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / column);
         } else {
             T.y = call.y[i];
-            work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / 2);
+            work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / column);
         }
     }
     a.total_work = work;

@@ -21,13 +21,23 @@ constexpr int kMaxTensors = 8;    /* per launch; calls with more are split, bits
 constexpr int kBlockRows = 256;   /* CAKE_DW_BLOCK_ROWS */
 constexpr int kTreeWidth = 32;    /* tree leaves one tree thread folds in registers */
 constexpr int kThreads = 256;
-constexpr int kStepRows = 8;      /* rows whose loads are issued together */
+constexpr int kStepRows = 8;      /* rows whose loads are issued together (backward) */
+#ifndef CAKE_CUDA_FORWARD_STEP_ROWS
+#define CAKE_CUDA_FORWARD_STEP_ROWS 8
+#endif
+constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 /* Steps in flight (loads run this far ahead of the math), measured best on the H200. */
 #ifndef CAKE_CUDA_FORWARD_STAGES
 #define CAKE_CUDA_FORWARD_STAGES 2
 #endif
 #ifndef CAKE_CUDA_BACKWARD_STAGES
 #define CAKE_CUDA_BACKWARD_STAGES 3
+#endif
+#ifndef CAKE_CUDA_DW_STAGES /* the dw walk alone (split backward, small shapes) */
+#define CAKE_CUDA_DW_STAGES 3
+#endif
+#ifndef CAKE_CUDA_PREFETCH /* prefetch a walk's first rows into L2 before its fragment lookup */
+#define CAKE_CUDA_PREFETCH 1
 #endif
 #ifndef CAKE_CUDA_BACKWARD_SILU_STAGES /* SiLU's backward holds more state per row */
 #define CAKE_CUDA_BACKWARD_SILU_STAGES 2
@@ -97,12 +107,41 @@ __device__ __forceinline__ uint32_t pack2(float even, float odd) {
     return to_bf16(even) | (to_bf16(odd) << 16);
 }
 
-__device__ __forceinline__ uint32_t load_pair(const uint16_t *p) {
-    return __ldg(reinterpret_cast<const uint32_t *>(p));
+/* L consecutive channel pairs of one row (4L bytes, one vector access). */
+template <int L>
+struct Vec {
+    uint32_t p[L];
+};
+
+template <int L>
+__device__ __forceinline__ Vec<L> load_vec(const uint16_t *ptr) {
+    Vec<L> v;
+    if constexpr (L == 1) {
+        v.p[0] = __ldg(reinterpret_cast<const uint32_t *>(ptr));
+    } else if constexpr (L == 2) {
+        const uint2 u = __ldg(reinterpret_cast<const uint2 *>(ptr));
+        v.p[0] = u.x;
+        v.p[1] = u.y;
+    } else {
+        static_assert(L == 4, "1, 2 or 4 pairs per thread");
+        const uint4 u = __ldg(reinterpret_cast<const uint4 *>(ptr));
+        v.p[0] = u.x;
+        v.p[1] = u.y;
+        v.p[2] = u.z;
+        v.p[3] = u.w;
+    }
+    return v;
 }
 
-__device__ __forceinline__ void store_pair(uint16_t *p, uint32_t v) {
-    *reinterpret_cast<uint32_t *>(p) = v;
+__device__ __forceinline__ void prefetch_l2(const void *ptr) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
+template <int L>
+__device__ __forceinline__ void store_vec(uint16_t *ptr, const Vec<L> &v) {
+    if constexpr (L == 1) *reinterpret_cast<uint32_t *>(ptr) = v.p[0];
+    else if constexpr (L == 2) *reinterpret_cast<uint2 *>(ptr) = make_uint2(v.p[0], v.p[1]);
+    else *reinterpret_cast<uint4 *>(ptr) = make_uint4(v.p[0], v.p[1], v.p[2], v.p[3]);
 }
 
 /* The last fragment f with frag_start[f] <= t. */
@@ -144,22 +183,25 @@ __device__ __forceinline__ void cursor_next(const ConvArgs &a, Cursor &c, bool n
     if (need_valid) c.valid = __ldg(a.future_valid + c.f);
 }
 
-/* x at local row r for the cursor's fragment (before it: a history row), channels c, c+1. */
-__device__ __forceinline__ uint32_t x_pair(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
-    return r >= cur.start ? load_pair(T.x + r * T.channels + c)
-                          : load_pair(T.history + (cur.f * 3 + 3 + (r - cur.start)) * T.channels + c);
+/* x at local row r for the cursor's fragment (before it: a history row), channels from c. */
+template <int L>
+__device__ __forceinline__ Vec<L> x_vec(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
+    return r >= cur.start ? load_vec<L>(T.x + r * T.channels + c)
+                          : load_vec<L>(T.history + (cur.f * 3 + 3 + (r - cur.start)) * T.channels + c);
 }
 
 /* The same, also past the fragment (SiLU backward: an x row of the future pool). */
-__device__ __forceinline__ uint32_t x_pair_any(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
-    return r < cur.end ? x_pair(T, cur, r, c)
-                       : load_pair(T.future_x + (cur.f * 3 + (r - cur.end)) * T.channels + c);
+template <int L>
+__device__ __forceinline__ Vec<L> x_vec_any(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
+    return r < cur.end ? x_vec<L>(T, cur, r, c)
+                       : load_vec<L>(T.future_x + (cur.f * 3 + (r - cur.end)) * T.channels + c);
 }
 
 /* dy at local row r for the cursor's fragment (past it: a future row). */
-__device__ __forceinline__ uint32_t dy_pair(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
-    return r < cur.end ? load_pair(T.dy + r * T.channels + c)
-                       : load_pair(T.future + (cur.f * 3 + (r - cur.end)) * T.channels + c);
+template <int L>
+__device__ __forceinline__ Vec<L> dy_vec(const TensorArgs &T, const Cursor &cur, int64_t r, int64_t c) {
+    return r < cur.end ? load_vec<L>(T.dy + r * T.channels + c)
+                       : load_vec<L>(T.future + (cur.f * 3 + (r - cur.end)) * T.channels + c);
 }
 
 /* Taps of channels c (even) and c + 1 (odd), and their bias (0 without one). */
@@ -184,6 +226,16 @@ __device__ __forceinline__ PairWeights load_weights(const TensorArgs &T, int64_t
     return p;
 }
 
+/* The weights of L pairs from channel c. */
+template <int V, int L>
+struct LaneWeights {
+    PairWeights w[L];
+    __device__ __forceinline__ void load(const TensorArgs &T, int64_t c) {
+#pragma unroll
+        for (int l = 0; l < L; l++) w[l] = load_weights<V>(T, c + 2 * l);
+    }
+};
+
 /* a of rows with x(t-3) .. x(t) = x0 .. x3: the four fmas, then the bias. */
 template <int V>
 __device__ __forceinline__ float2 conv_pair(const PairWeights &w, uint32_t x0, uint32_t x1,
@@ -206,12 +258,15 @@ __device__ __forceinline__ float2 conv_pair(const PairWeights &w, uint32_t x0, u
  * A thread owns one channel pair (4 bytes of a row: a warp reads 128 contiguous bytes) and walks
  * rows in order, so the dw partial of a 256-row block is one sequential chain as the numerics
  * define it, and the x / dy windows stay in registers. Inside a fragment the loads of kStages
- * steps of kStepRows rows are in flight ahead of the math (a register ring); at fragment edges
- * and in the last few rows a slow path reads row by row through the pools. `Op` supplies the
- * loads and the math of one direction. */
+ * steps of kRows rows are in flight ahead of the math (a register ring); at fragment edges and
+ * in the last few rows a slow path reads row by row through the pools. `Op` supplies the loads
+ * and the math of one direction. */
 template <class Op>
 __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T, Op &op,
                                           int64_t t0, int64_t t1, int64_t c) {
+    if (CAKE_CUDA_PREFETCH) /* the rows the first steps read, while the lookup below waits */
+        for (int64_t t = t0 < 3 ? 0 : t0 - 3; t < t0 + Op::kRows && t < a.rows; t++)
+            op.prefetch(T, t, c);
     Cursor cur = cursor_at(a, t0, Op::kNeedValid);
     op.refill(T, cur, t0, c);
     int64_t t = t0;
@@ -222,7 +277,7 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
         }
         /* Rows whose every read is a local row of this fragment. */
         const int64_t fast_end = cur.end - Op::kLookahead < t1 ? cur.end - Op::kLookahead : t1;
-        const int64_t steps = fast_end > t ? (fast_end - t) / kStepRows : 0;
+        const int64_t steps = fast_end > t ? (fast_end - t) / Op::kRows : 0;
         if (steps == 0) {
             op.slow_row(T, cur, t, c);
             t++;
@@ -232,69 +287,89 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
         typename Op::Stage ring[S];
 #pragma unroll
         for (int d = 0; d < S - 1; d++)
-            if (d < steps) op.load(T, ring[d], t + d * kStepRows, c);
+            if (d < steps) op.load(T, ring[d], t + d * Op::kRows, c);
         for (int64_t k = 0; k < steps; k += S) {
 #pragma unroll
             for (int d = 0; d < S; d++) {
                 if (k + d < steps) {
                     if (k + d + S - 1 < steps)
-                        op.load(T, ring[(d + S - 1) % S], t + (k + d + S - 1) * kStepRows, c);
-                    op.step(T, ring[d], t + (k + d) * kStepRows, c);
+                        op.load(T, ring[(d + S - 1) % S], t + (k + d + S - 1) * Op::kRows, c);
+                    op.step(T, ring[d], t + (k + d) * Op::kRows, c);
                 }
             }
         }
-        t += steps * kStepRows;
+        t += steps * Op::kRows;
     }
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-template <int V>
+/* Channel pairs per thread: 8-byte accesses stream closer to the copy bandwidth than 4-byte
+ * ones (dev/copy_widths.py on the H200); the backward keeps one pair (its registers). */
+#ifndef CAKE_CUDA_FORWARD_LANES
+#define CAKE_CUDA_FORWARD_LANES 2
+#endif
+#ifndef CAKE_CUDA_BACKWARD_LANES
+#define CAKE_CUDA_BACKWARD_LANES 1
+#endif
+constexpr int kForwardLanes = CAKE_CUDA_FORWARD_LANES;
+constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
+
+template <int V, int L>
 struct ForwardOp {
     static constexpr int kLookahead = 0;
     static constexpr int kStages = CAKE_CUDA_FORWARD_STAGES;
+    static constexpr int kRows = kForwardStepRows;
     static constexpr bool kNeedValid = false;
     struct Stage {
-        uint32_t x[kStepRows];
+        Vec<L> x[kRows];
     };
-    PairWeights w;
-    uint32_t x0, x1, x2; /* x(t-3), x(t-2), x(t-1) */
+    LaneWeights<V, L> w;
+    Vec<L> x0, x1, x2; /* x(t-3), x(t-2), x(t-1) */
 
     __device__ __forceinline__ void refill(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
-        x0 = x_pair(T, cur, t - 3, c);
-        x1 = x_pair(T, cur, t - 2, c);
-        x2 = x_pair(T, cur, t - 1, c);
+        x0 = x_vec<L>(T, cur, t - 3, c);
+        x1 = x_vec<L>(T, cur, t - 2, c);
+        x2 = x_vec<L>(T, cur, t - 1, c);
     }
-    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xt) {
-        float2 a = conv_pair<V>(w, x0, x1, x2, xt);
-        if (V & kSilu) {
-            a.x = cake_silu(a.x);
-            a.y = cake_silu(a.y);
+    __device__ __forceinline__ void prefetch(const TensorArgs &T, int64_t t, int64_t c) const {
+        prefetch_l2(T.x + t * T.channels + c);
+    }
+    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, const Vec<L> &xt) {
+        Vec<L> y;
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            float2 a = conv_pair<V>(w.w[l], x0.p[l], x1.p[l], x2.p[l], xt.p[l]);
+            if (V & kSilu) {
+                a.x = cake_silu(a.x);
+                a.y = cake_silu(a.y);
+            }
+            y.p[l] = pack2(a.x, a.y);
         }
-        store_pair(T.y + t * T.channels + c, pack2(a.x, a.y));
+        store_vec<L>(T.y + t * T.channels + c, y);
         x0 = x1;
         x1 = x2;
         x2 = xt;
     }
     __device__ __forceinline__ void load(const TensorArgs &T, Stage &s, int64_t t, int64_t c) {
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++) s.x[r] = load_pair(T.x + (t + r) * T.channels + c);
+        for (int r = 0; r < kRows; r++) s.x[r] = load_vec<L>(T.x + (t + r) * T.channels + c);
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, s.x[r]);
+        for (int r = 0; r < kRows; r++) row(T, t + r, c, s.x[r]);
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &, int64_t t, int64_t c) {
-        row(T, t, c, load_pair(T.x + t * T.channels + c));
+        row(T, t, c, load_vec<L>(T.x + t * T.channels + c));
     }
 };
 
-/* Rows [t0, t0 + rows_per_item) of one channel pair. */
+/* Rows [t0, t0 + rows_per_item) of L channel pairs from c. */
 template <int V>
 __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
     const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
-    ForwardOp<V> op;
-    op.w = load_weights<V>(T, c);
+    ForwardOp<V, kForwardLanes> op;
+    op.w.load(T, c);
     walk_rows(a, T, op, t0, t1, c);
 }
 
@@ -348,129 +423,160 @@ __device__ __forceinline__ uint32_t dx_pair(const PairWeights &w, float g0e, flo
     return pack2(e, o);
 }
 
-/* The backward of one channel pair without SiLU (g = dy): dx (kDx) and the block partials
+/* The backward of L channel pairs without SiLU (g = dy): dx (kDx) and the block partials
  * (kDw). Both at once read x and dy once; apart, each walk is lighter, which pays when there
  * are too few dw blocks to fill the GPU (small shapes): dx then splits rows freely like the
  * forward. */
-template <bool kDx, bool kDw, int V>
+template <bool kDx, bool kDw, int V, int L>
 struct BackwardOp {
     static constexpr int kLookahead = kDx ? 3 : 0; /* dx(t) reads dy(t + 3) */
-    static constexpr int kStages = CAKE_CUDA_BACKWARD_STAGES;
+    static constexpr int kStages = kDx ? CAKE_CUDA_BACKWARD_STAGES : CAKE_CUDA_DW_STAGES;
+    static constexpr int kRows = kStepRows;
     static constexpr bool kNeedValid = false;
     struct Stage {
-        uint32_t x[kDw ? kStepRows : 1], g[kStepRows]; /* x(t + r); dy(t + r + lookahead) */
+        Vec<L> x[kDw ? kStepRows : 1], g[kStepRows]; /* x(t + r); dy(t + r + lookahead) */
     };
-    PairWeights w;
-    Partials<V> p;
-    uint32_t x0, x1, x2; /* x(t-3), x(t-2), x(t-1) */
-    uint32_t g0, g1, g2; /* dy(t), dy(t+1), dy(t+2) */
+    LaneWeights<V, L> w;
+    Partials<V> p[L];
+    Vec<L> x0, x1, x2; /* x(t-3), x(t-2), x(t-1) */
+    Vec<L> g0, g1, g2; /* dy(t), dy(t+1), dy(t+2) */
 
     __device__ __forceinline__ void refill(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
         if (kDw) {
-            x0 = x_pair(T, cur, t - 3, c);
-            x1 = x_pair(T, cur, t - 2, c);
-            x2 = x_pair(T, cur, t - 1, c);
+            x0 = x_vec<L>(T, cur, t - 3, c);
+            x1 = x_vec<L>(T, cur, t - 2, c);
+            x2 = x_vec<L>(T, cur, t - 1, c);
         }
         if (kDx) {
-            g0 = dy_pair(T, cur, t, c);
-            g1 = dy_pair(T, cur, t + 1, c);
-            g2 = dy_pair(T, cur, t + 2, c);
+            g0 = dy_vec<L>(T, cur, t, c);
+            g1 = dy_vec<L>(T, cur, t + 1, c);
+            g2 = dy_vec<L>(T, cur, t + 2, c);
         }
     }
+    __device__ __forceinline__ void prefetch(const TensorArgs &T, int64_t t, int64_t c) const {
+        if (kDw) prefetch_l2(T.x + t * T.channels + c);
+        prefetch_l2(T.dy + t * T.channels + c);
+    }
     /* `g` is dy(t + 3) for dx, dy(t) for dw alone. */
-    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xt, uint32_t g) {
-        const uint32_t gt = kDx ? g0 : g;
+    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, const Vec<L> &xt,
+                                        const Vec<L> &g) {
         if (kDx) {
-            store_pair(T.dx + t * T.channels + c,
-                       dx_pair(w, bf16_lo(g0), bf16_hi(g0), bf16_lo(g1), bf16_hi(g1),
-                               bf16_lo(g2), bf16_hi(g2), bf16_lo(g), bf16_hi(g)));
-            g0 = g1; g1 = g2; g2 = g;
+            Vec<L> dx;
+#pragma unroll
+            for (int l = 0; l < L; l++)
+                dx.p[l] = dx_pair(w.w[l], bf16_lo(g0.p[l]), bf16_hi(g0.p[l]), bf16_lo(g1.p[l]),
+                                  bf16_hi(g1.p[l]), bf16_lo(g2.p[l]), bf16_hi(g2.p[l]),
+                                  bf16_lo(g.p[l]), bf16_hi(g.p[l]));
+            store_vec<L>(T.dx + t * T.channels + c, dx);
         }
         if (kDw) {
-            p.add(bf16_lo(gt), bf16_hi(gt), x0, x1, x2, xt);
+            const Vec<L> &gt = kDx ? g0 : g;
+#pragma unroll
+            for (int l = 0; l < L; l++)
+                p[l].add(bf16_lo(gt.p[l]), bf16_hi(gt.p[l]), x0.p[l], x1.p[l], x2.p[l], xt.p[l]);
             x0 = x1; x1 = x2; x2 = xt;
+        }
+        if (kDx) {
+            g0 = g1; g1 = g2; g2 = g;
         }
     }
     __device__ __forceinline__ void load(const TensorArgs &T, Stage &s, int64_t t, int64_t c) {
 #pragma unroll
         for (int r = 0; r < kStepRows; r++) {
-            if (kDw) s.x[r] = load_pair(T.x + (t + r) * T.channels + c);
-            s.g[r] = load_pair(T.dy + (t + r + kLookahead) * T.channels + c);
+            if (kDw) s.x[r] = load_vec<L>(T.x + (t + r) * T.channels + c);
+            s.g[r] = load_vec<L>(T.dy + (t + r + kLookahead) * T.channels + c);
         }
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, kDw ? s.x[r] : 0u, s.g[r]);
+        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, s.x[kDw ? r : 0], s.g[r]);
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
-        row(T, t, c, kDw ? load_pair(T.x + t * T.channels + c) : 0u, dy_pair(T, cur, t + kLookahead, c));
+        Vec<L> xt = {};
+        if (kDw) xt = load_vec<L>(T.x + t * T.channels + c);
+        row(T, t, c, xt, dy_vec<L>(T, cur, t + kLookahead, c));
     }
 };
 
 /* The backward through SiLU: g(t) = dy(t) * silu'(a(t)), a recomputed from x(t-3) .. x(t), and
  * +0.0 at or past the sequence end. The walk keeps x(t - 3) .. x(t + L - 1) and g(t) ..
- * g(t + L - 1), L = 3 with dx (dx(t) needs g(t + 3)) and 0 for dw alone; each row loads x and
- * dy of row t + L, computes its g, then dx(t) and the partials of row t. */
-template <bool kDx, bool kDw, int V>
+ * g(t + K - 1), K = 3 with dx (dx(t) needs g(t + 3)) and 0 for dw alone; each row loads x and
+ * dy of row t + K, computes its g, then dx(t) and the partials of row t. */
+template <bool kDx, bool kDw, int V, int L>
 struct BackwardSiluOp {
     static constexpr int kLookahead = kDx ? 3 : 0;
     static constexpr int kStages = CAKE_CUDA_BACKWARD_SILU_STAGES;
+    static constexpr int kRows = kStepRows;
     static constexpr bool kNeedValid = true;
     struct Stage {
-        uint32_t x[kStepRows], d[kStepRows]; /* x(t + r + L), dy(t + r + L) */
+        Vec<L> x[kStepRows], d[kStepRows]; /* x(t + r + K), dy(t + r + K) */
     };
-    PairWeights w;
-    Partials<V> p;
-    uint32_t xw[6];  /* x(t-3) .. x(t+L-1): 3 + L entries used */
-    float ge[3], go[3]; /* g(t) .. g(t+L-1) (dx only) */
+    LaneWeights<V, L> w;
+    Partials<V> p[L];
+    Vec<L> xw[6];           /* x(t-3) .. x(t+K-1): 3 + K entries used */
+    float ge[3][L], go[3][L]; /* g(t) .. g(t+K-1) (dx only) */
 
-    /* g of a row from its dy and the four x rows ending at it. */
-    __device__ __forceinline__ float2 g_pair(uint32_t dy, uint32_t x0, uint32_t x1, uint32_t x2,
-                                             uint32_t x3, bool valid) const {
-        const float2 a = conv_pair<V>(w, x0, x1, x2, x3);
+    __device__ __forceinline__ void prefetch(const TensorArgs &T, int64_t t, int64_t c) const {
+        prefetch_l2(T.x + t * T.channels + c);
+        prefetch_l2(T.dy + t * T.channels + c);
+    }
+    /* g of pair l of a row from its dy and the four x rows ending at it. */
+    __device__ __forceinline__ float2 g_pair(int l, uint32_t dy, uint32_t x0, uint32_t x1,
+                                             uint32_t x2, uint32_t x3, bool valid) const {
+        const float2 a = conv_pair<V>(w.w[l], x0, x1, x2, x3);
         const float e = __fmul_rn(bf16_lo(dy), cake_silu_grad(a.x));
         const float o = __fmul_rn(bf16_hi(dy), cake_silu_grad(a.y));
         return valid ? make_float2(e, o) : make_float2(0.0f, 0.0f);
     }
     __device__ __forceinline__ void refill(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
-        /* x(t-3) .. x(t+L-1) through the pools; g(t) .. g(t+L-1) from them. */
+        /* x(t-3) .. x(t+K-1) through the pools; g(t) .. g(t+K-1) from them. */
 #pragma unroll
-        for (int j = 0; j < 3 + kLookahead; j++) xw[j] = x_pair_any(T, cur, t - 3 + j, c);
+        for (int j = 0; j < 3 + kLookahead; j++) xw[j] = x_vec_any<L>(T, cur, t - 3 + j, c);
 #pragma unroll
         for (int j = 0; j < kLookahead; j++) {
             const int64_t r = t + j;
-            const float2 g = g_pair(dy_pair(T, cur, r, c), xw[j], xw[j + 1], xw[j + 2], xw[j + 3],
-                                    r - cur.end < cur.valid);
-            ge[j] = g.x;
-            go[j] = g.y;
+            const Vec<L> d = dy_vec<L>(T, cur, r, c);
+#pragma unroll
+            for (int l = 0; l < L; l++) {
+                const float2 g = g_pair(l, d.p[l], xw[j].p[l], xw[j + 1].p[l], xw[j + 2].p[l],
+                                        xw[j + 3].p[l], r - cur.end < cur.valid);
+                ge[j][l] = g.x;
+                go[j][l] = g.y;
+            }
         }
     }
-    /* Row t, given x and dy of row t + L (valid: that row is inside the sequence). */
-    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, uint32_t xn,
-                                        uint32_t dn, bool valid) {
-        constexpr int L = kLookahead;
-        /* a of row t + L from x(t+L-3) .. x(t+L) = xw[L] .. xw[L+2], xn */
-        const float2 gn = g_pair(dn, xw[L], xw[L + 1], xw[L + 2], xn, valid);
-        const float gte = L ? ge[0] : gn.x, gto = L ? go[0] : gn.y;
-        if (kDx)
-            store_pair(T.dx + t * T.channels + c,
-                       dx_pair(w, ge[0], go[0], ge[1], go[1], ge[2], go[2], gn.x, gn.y));
-        if (kDw) p.add(gte, gto, xw[0], xw[1], xw[2], L ? xw[3] : xn);
-        /* shift the windows by one row */
+    /* Row t, given x and dy of row t + K (valid: that row is inside the sequence). */
+    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, const Vec<L> &xn,
+                                        const Vec<L> &dn, bool valid) {
+        constexpr int K = kLookahead;
+        Vec<L> dx;
 #pragma unroll
-        for (int j = 0; j < 2 + L; j++) xw[j] = xw[j + 1];
-        xw[2 + L] = xn;
-        if (kDx) {
-            ge[0] = ge[1]; go[0] = go[1];
-            ge[1] = ge[2]; go[1] = go[2];
-            ge[2] = gn.x; go[2] = gn.y;
+        for (int l = 0; l < L; l++) {
+            /* a of row t + K from x(t+K-3) .. x(t+K) = xw[K] .. xw[K+2], xn */
+            const float2 gn = g_pair(l, dn.p[l], xw[K].p[l], xw[K + 1].p[l], xw[K + 2].p[l],
+                                     xn.p[l], valid);
+            const float gte = K ? ge[0][l] : gn.x, gto = K ? go[0][l] : gn.y;
+            if (kDx)
+                dx.p[l] = dx_pair(w.w[l], ge[0][l], go[0][l], ge[1][l], go[1][l], ge[2][l],
+                                  go[2][l], gn.x, gn.y);
+            if (kDw) p[l].add(gte, gto, xw[0].p[l], xw[1].p[l], xw[2].p[l], K ? xw[3].p[l] : xn.p[l]);
+            if (kDx) {
+                ge[0][l] = ge[1][l]; go[0][l] = go[1][l];
+                ge[1][l] = ge[2][l]; go[1][l] = go[2][l];
+                ge[2][l] = gn.x; go[2][l] = gn.y;
+            }
         }
+        if (kDx) store_vec<L>(T.dx + t * T.channels + c, dx);
+        /* shift the window by one row */
+#pragma unroll
+        for (int j = 0; j < 2 + K; j++) xw[j] = xw[j + 1];
+        xw[2 + K] = xn;
     }
     __device__ __forceinline__ void load(const TensorArgs &T, Stage &s, int64_t t, int64_t c) {
 #pragma unroll
         for (int r = 0; r < kStepRows; r++) {
-            s.x[r] = load_pair(T.x + (t + r + kLookahead) * T.channels + c);
-            s.d[r] = load_pair(T.dy + (t + r + kLookahead) * T.channels + c);
+            s.x[r] = load_vec<L>(T.x + (t + r + kLookahead) * T.channels + c);
+            s.d[r] = load_vec<L>(T.dy + (t + r + kLookahead) * T.channels + c);
         }
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
@@ -479,32 +585,35 @@ struct BackwardSiluOp {
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
         const int64_t r = t + kLookahead;
-        row(T, t, c, x_pair_any(T, cur, r, c), dy_pair(T, cur, r, c), r - cur.end < cur.valid);
+        row(T, t, c, x_vec_any<L>(T, cur, r, c), dy_vec<L>(T, cur, r, c), r - cur.end < cur.valid);
     }
 };
 
 template <bool kDx, bool kDw, int V>
-using BackwardOpOf = typename std::conditional<(V & kSilu) != 0, BackwardSiluOp<kDx, kDw, V>,
-                                               BackwardOp<kDx, kDw, V>>::type;
+using BackwardOpOf =
+    typename std::conditional<(V & kSilu) != 0, BackwardSiluOp<kDx, kDw, V, kBackwardLanes>,
+                              BackwardOp<kDx, kDw, V, kBackwardLanes>>::type;
 
-/* dw block b of one channel pair: its partials, and (kDx) dx of its rows. */
+/* dw block b of L channel pairs from c: their partials, and (kDx) dx of its rows. */
 template <bool kDx, int V>
 __device__ __forceinline__ void backward_item(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
     const int64_t t0 = b * kBlockRows;
     const int64_t t1 = t0 + kBlockRows < a.rows ? t0 + kBlockRows : a.rows;
     BackwardOpOf<kDx, true, V> op;
-    op.w = load_weights<V>(T, c);
-    op.p.zero();
+    op.w.load(T, c);
+#pragma unroll
+    for (int l = 0; l < kBackwardLanes; l++) op.p[l].zero();
     walk_rows(a, T, op, t0, t1, c);
-    op.p.store(T, b, c);
+#pragma unroll
+    for (int l = 0; l < kBackwardLanes; l++) op.p[l].store(T, b, c + 2 * l);
 }
 
-/* dx alone for rows [t0, t0 + rows_per_item) of one channel pair. */
+/* dx alone for rows [t0, t0 + rows_per_item) of L channel pairs from c. */
 template <int V>
 __device__ __forceinline__ void dx_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
     const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
     BackwardOpOf<true, false, V> op;
-    op.w = load_weights<V>(T, c);
+    op.w.load(T, c);
     walk_rows(a, T, op, t0, t1, c);
 }
 
