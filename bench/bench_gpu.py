@@ -8,7 +8,7 @@ device-to-device copy bandwidth measured in the same run (a 16-byte copy kernel,
 written). Times are medians of CUDA-graph replays (one launch sequence per replay), so host
 launch overhead is excluded.
 
-Usage: PYTHONPATH=python python3 bench/bench_gpu.py --lib build/libcake_cuda.so [--quick]
+Usage: python3 bench/bench_gpu.py --lib build/libcake_cuda.so [--quick]
 """
 import argparse
 import ctypes
@@ -20,8 +20,19 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from cake import _lib  # noqa: E402  (the one ctypes definition of cake.h's structs)
+
+def _load_structs():
+    """python/cake/_lib.py, the one ctypes definition of cake.h's structs, loaded on its own
+    (the package itself needs not import)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "cake", "_lib.py")
+    spec = importlib.util.spec_from_file_location("cake_structs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_lib = _load_structs()
 
 CAKE_SUCCESS = 0
 COOP = {"auto": -1, "off": 0, "on": 1}
@@ -60,6 +71,10 @@ def ptrs(tensors):
     return (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
 
 
+def addr(array):
+    return ctypes.cast(array, ctypes.c_void_p)
+
+
 class Problem:
     """n tensors of [S, C] packed with random sequence lengths, on one rank (P = 1)."""
 
@@ -75,6 +90,7 @@ class Problem:
         part, plan = ctypes.c_void_p(), ctypes.c_void_p()
         check(lib, lib.cake_partition_create_contiguous(self.cu, len(lengths), 1, ctypes.byref(part)), "partition")
         check(lib, lib.cake_plan_create(part, 0, ctypes.byref(plan)), "plan")
+        self.plan = plan
         self.cuda_plan = ctypes.c_void_p()
         check(lib, lib.cake_cuda_plan_create(plan, ctypes.byref(self.cuda_plan)), "cuda plan")
         frags = []
@@ -93,10 +109,10 @@ class Problem:
         with_bias, silu = VARIANTS[variant]
         self.bias = [(torch.rand(C, generator=g) - 0.5).to(dev) for _ in range(n)] if with_bias else []
         self.dbias = [torch.empty_like(b) for b in self.bias]
+        self._arrays = (ptrs(self.bias), ptrs(self.dbias))  # kept alive with the params
         self.params = _lib.ConvParams(ACTIVATION_SILU if silu else 0,
-                                      ptrs(self.bias) if with_bias else None,
-                                      ptrs(self.dbias) if with_bias else None)
-        self._keep = (self.params.bias, self.params.dbias)
+                                      addr(self._arrays[0]) if with_bias else None,
+                                      addr(self._arrays[1]) if with_bias else None)
         # Pools from the fragments (P = 1: every halo row is local or +0.0).
         hist_idx, fut_idx = [], []
         for fr in frags:
