@@ -2,8 +2,11 @@
  * CPU path), their workspace, and the launch form. Link with libcake_cuda.
  *
  * Every call is asynchronous: it returns once the work is enqueued on `stream`, and it never
- * synchronises the host with the device. Row arrays, pools, weights and workspace are device
- * pointers, 16-byte aligned; the pointer arrays themselves (x[i], ...) are host memory. */
+ * synchronises the host with the device (except where a comment below says so). Row arrays,
+ * pools, weights, bias and dbias are device pointers, 16-byte aligned (cudaMalloc gives 256);
+ * a caller's workspace is a device pointer aligned to 16 bytes for the plan-level backward and
+ * to 256 bytes for the context calls. The pointer arrays themselves (x[i], ...) and the
+ * cake_conv_params struct are host memory. */
 #ifndef CAKE_CUDA_H
 #define CAKE_CUDA_H
 
@@ -17,7 +20,8 @@ extern "C" {
 
 /* The launch form (SPEC 4). Bits never depend on it. */
 typedef enum cake_cooperative {
-    CAKE_COOPERATIVE_AUTO = -1, /* the library picks by shape */
+    CAKE_COOPERATIVE_AUTO = -1, /* the library picks: ordinary launches today, measured as fast
+                                   or faster for every shape on H200 (docs/PERFORMANCE.md) */
     CAKE_COOPERATIVE_OFF = 0,   /* ordinary launches */
     CAKE_COOPERATIVE_ON = 1     /* one grid-synchronised kernel per direction; an error where the
                                    device cannot launch cooperatively */
@@ -39,8 +43,8 @@ CAKE_API cake_status cake_cuda_backward_workspace_size(const cake_cuda_plan *pla
                                                        size_t *bytes);
 
 /* As cake_cpu_forward / cake_cpu_backward, on the device of `plan`, with the pools laid out as
- * cake.h describes. The backward uses `workspace` when it is at least the size above; with NULL
- * it allocates (cudaMallocAsync) and frees on the stream. */
+ * cake.h describes. The backward uses `workspace` (16-byte aligned) when it is at least the size
+ * above; with NULL it allocates (cudaMallocAsync) and frees on the stream. */
 CAKE_API cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_tensors,
                                        const int64_t *channels, const cake_bf16 *const *x,
                                        const float *const *w, const cake_conv_params *params,
@@ -62,8 +66,9 @@ CAKE_API cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_tens
  * The exchange packs the rows peers need with one kernel, moves them with the context's
  * transport (NCCL enqueues on `stream`; a host transport such as MPI is staged through pinned
  * host memory, which waits for the stream), then one kernel assembles the pools. The first GPU
- * call on a context uploads its tables (synchronously, once). Workspace: a device buffer of at
- * least cake_ctx_cuda_workspace_size bytes, or NULL to allocate on the stream.
+ * call on a context uploads its tables (synchronously, once). Workspace: a 256-byte aligned
+ * device buffer of at least cake_ctx_cuda_workspace_size bytes, or NULL to allocate on the
+ * stream.
  */
 CAKE_API cake_status cake_ctx_cuda_workspace_size(const cake_ctx *ctx, int num_tensors,
                                                   const int64_t *channels,

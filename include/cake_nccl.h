@@ -17,8 +17,10 @@
 extern "C" {
 #endif
 
-/* The transport's state (its own stream and a small device buffer) is freed by its release
- * callback, which cake_ctx_destroy calls. Uses the current CUDA device. */
+/* The transport's state (the communicator and a stream of its own) is freed by its release
+ * callback, which cake_ctx_destroy calls. Check mode's host-memory fingerprints go through a
+ * device buffer allocated for each round and freed after it (kept only after a timeout, when
+ * NCCL may still write it). Uses the current CUDA device. */
 CAKE_API cake_status cake_nccl_transport_create(ncclComm_t comm, cake_transport *out);
 
 /* A context for this rank: rank and size from the communicator (size must equal the

@@ -114,8 +114,6 @@ extern "C" void cake_halo_device_free(cake_halo_device *h) {
 extern "C" cake_status cake_halo_device_create(const cake_plan *plan, const cake_halo_lists *lists,
                                                cake_pool_kind kind, cake_halo_device *out) {
     memset(out, 0, sizeof *out);
-    out->num_sends = lists->num_sends;
-    out->num_receives = lists->num_receives;
     out->num_send_rows = lists->rows_sent;
     out->num_recv_rows = lists->rows_received;
     out->pool_rows = cake_plan_pool_rows(plan);

@@ -19,7 +19,6 @@ extern "C" {
 
 typedef struct cake_halo_device {
     int64_t num_send_rows, num_recv_rows, pool_rows;
-    int num_sends, num_receives;
     /* device arrays */
     int64_t *send_local_row; /* per send row: the local row to pack */
     int32_t *send_peer;      /* per send row: index into the send peers */
