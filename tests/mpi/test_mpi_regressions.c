@@ -297,6 +297,11 @@ static void mpi_error_names_cause(double timeout)
     MPI_Comm comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    /* MPICH raises the errors of MPI_Waitall and MPI_Testall on MPI_COMM_WORLD's handler, not
+     * on the requests' communicator: make that one return errors too, for this case. */
+    MPI_Errhandler world_handler;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world_handler);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     const int64_t cu[] = {0, 8 * (int64_t)mc_size};
     cake_partition *part = NULL;
     cake_ctx *ctx = NULL;
@@ -331,6 +336,8 @@ done:
     cake_partition_destroy(part);
     bufs_free(&b);
     MPI_Comm_free(&comm);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, world_handler);
+    MPI_Errhandler_free(&world_handler);
 }
 
 int main(int argc, char **argv)
