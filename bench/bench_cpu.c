@@ -13,25 +13,29 @@ typedef struct config {
     int tensors, repeats;
     int threads[8], num_thread_counts;
     cake_cpu_isa isa;
+    int bias;                  /* --variant bias or bias+silu */
+    cake_activation activation; /* --variant silu or bias+silu */
 } config;
 
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--rows S] [--channels C] [--tensors N] [--mean-length L]\n"
-            "          [--threads 1,2] [--repeats R] [--isa auto|generic|avx2|avx512]\n",
+            "          [--threads 1,2] [--repeats R] [--isa auto|generic|avx2|avx512]\n"
+            "          [--variant plain|bias|silu|bias+silu]\n",
             argv0);
 }
 
 static int parse(int argc, char **argv, config *cfg) {
-    *cfg = (config){32768, 4096, 4096, 3, 5, {1, 2}, 2, CAKE_CPU_ISA_AUTO};
+    *cfg = (config){32768, 4096, 4096, 3, 5, {1, 2}, 2, CAKE_CPU_ISA_AUTO, 0, CAKE_ACTIVATION_NONE};
     static const struct option options[] = {
         {"rows", required_argument, 0, 's'},     {"channels", required_argument, 0, 'c'},
         {"tensors", required_argument, 0, 'n'},  {"mean-length", required_argument, 0, 'l'},
         {"threads", required_argument, 0, 't'},  {"repeats", required_argument, 0, 'r'},
-        {"isa", required_argument, 0, 'i'},      {"help", no_argument, 0, 'h'},
+        {"isa", required_argument, 0, 'i'},      {"variant", required_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int opt;
-    while ((opt = getopt_long(argc, argv, "s:c:n:l:t:r:i:h", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "s:c:n:l:t:r:i:v:h", options, NULL)) != -1) {
         switch (opt) {
         case 's': cfg->rows = atoll(optarg); break;
         case 'c': cfg->channels = atoll(optarg); break;
@@ -56,6 +60,13 @@ static int parse(int argc, char **argv, config *cfg) {
             if (!found) return -1;
             break;
         }
+        case 'v':
+            cfg->bias = !strcmp(optarg, "bias") || !strcmp(optarg, "bias+silu");
+            cfg->activation = !strcmp(optarg, "silu") || !strcmp(optarg, "bias+silu")
+                                  ? CAKE_ACTIVATION_SILU : CAKE_ACTIVATION_NONE;
+            if (!cfg->bias && cfg->activation == CAKE_ACTIVATION_NONE && strcmp(optarg, "plain"))
+                return -1;
+            break;
         default: return -1;
         }
     }
@@ -77,7 +88,7 @@ int main(int argc, char **argv) {
     const int64_t num_seqs = bench_random_cu_seqlens(S, cfg.mean_length, 7, cu);
     int64_t channels[16];
     cake_bf16 *x[16], *y[16], *dy[16], *dx[16];
-    float *w[16], *dw[16];
+    float *w[16], *dw[16], *bias[16], *dbias[16];
     for (int i = 0; i < n; i++) {
         channels[i] = C;
         x[i] = malloc(sizeof(cake_bf16) * (size_t)(S * C));
@@ -86,7 +97,9 @@ int main(int argc, char **argv) {
         dx[i] = malloc(sizeof(cake_bf16) * (size_t)(S * C));
         w[i] = malloc(sizeof(float) * (size_t)(4 * C));
         dw[i] = malloc(sizeof(float) * (size_t)(4 * C));
-        if (!x[i] || !y[i] || !dy[i] || !dx[i] || !w[i] || !dw[i]) {
+        bias[i] = malloc(sizeof(float) * (size_t)C);
+        dbias[i] = malloc(sizeof(float) * (size_t)C);
+        if (!x[i] || !y[i] || !dy[i] || !dx[i] || !w[i] || !dw[i] || !bias[i] || !dbias[i]) {
             fprintf(stderr, "bench_cpu: out of memory\n");
             return 1;
         }
@@ -95,12 +108,18 @@ int main(int argc, char **argv) {
         bench_fill_bf16(y[i], S * C, 300 + (uint64_t)i); /* touch the pages */
         bench_fill_bf16(dx[i], S * C, 400 + (uint64_t)i);
         bench_fill_f32(w[i], 4 * C, 500 + (uint64_t)i);
+        bench_fill_f32(bias[i], C, 600 + (uint64_t)i);
     }
+    const cake_conv_params params = {cfg.activation,
+                                     cfg.bias ? (const float *const *)bias : NULL,
+                                     cfg.bias ? dbias : NULL};
     const double bytes_fwd = 2.0 * (double)n * (double)S * (double)C * 2.0;
     const double bytes_bwd = 3.0 * (double)n * (double)S * (double)C * 2.0;
     printf("cake CPU benchmark: %d tensors x [%lld, %lld] bf16, %lld sequences (mean length %lld), "
-           "isa %s\n", n, (long long)S, (long long)C, (long long)num_seqs,
-           (long long)cfg.mean_length, cake_cpu_isa_name(cfg.isa));
+           "isa %s, %s%s\n", n, (long long)S, (long long)C, (long long)num_seqs,
+           (long long)cfg.mean_length, cake_cpu_isa_name(cake_cpu_isa_resolve(cfg.isa)),
+           cfg.bias ? "bias" : "no bias",
+           cfg.activation == CAKE_ACTIVATION_SILU ? ", SiLU" : ", no activation");
     printf("%-8s %-9s %10s %10s %12s %10s\n", "threads", "direction", "ms", "GB/s", "memcpy GB/s",
            "% memcpy");
     for (int ti = 0; ti < cfg.num_thread_counts; ti++) {
@@ -113,10 +132,10 @@ int main(int argc, char **argv) {
                 cake_status st = dir == 0
                     ? cake_cpu_forward_single_rank(cu, num_seqs, n, channels,
                                                    (const cake_bf16 *const *)x,
-                                                   (const float *const *)w, NULL, y, &opts)
+                                                   (const float *const *)w, &params, y, &opts)
                     : cake_cpu_backward_single_rank(cu, num_seqs, n, channels,
                                                     (const cake_bf16 *const *)x,
-                                                    (const float *const *)w, NULL,
+                                                    (const float *const *)w, &params,
                                                     (const cake_bf16 *const *)dy, dx, dw, &opts);
                 const double dt = bench_now() - t0;
                 if (st != CAKE_SUCCESS) {
@@ -133,6 +152,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) {
         free(x[i]); free(y[i]); free(dy[i]); free(dx[i]); free(w[i]); free(dw[i]);
+        free(bias[i]); free(dbias[i]);
     }
     free(cu);
     return 0;
