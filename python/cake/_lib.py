@@ -107,6 +107,18 @@ class CtxStats(ctypes.Structure):
     _fields_ = [(name, I64) for name in STATS_FIELDS]
 
 
+# cake_activation (cake.h)
+ACTIVATION_NONE = 0
+ACTIVATION_SILU = 1
+ACTIVATIONS = {"none": ACTIVATION_NONE, "silu": ACTIVATION_SILU}
+
+
+class ConvParams(ctypes.Structure):
+    """cake_conv_params: what a call computes beyond the plain convolution. NULL (None) is the
+    plain op; bias and dbias are arrays of per-tensor pointers (`const float *const *`)."""
+    _fields_ = [("activation", I32), ("bias", P), ("dbias", P)]
+
+
 _CORE = {
     "cake_status_string": (ctypes.c_char_p, [I32]),
     "cake_last_error": (ctypes.c_char_p, []),
@@ -126,17 +138,23 @@ _CORE = {
     "cake_plan_num_fragments": (I64, [P]),
     "cake_plan_fragment": (I32, [P, I64, P]),
     "cake_plan_pool_rows": (I64, [P]),
-    "cake_cpu_forward": (I32, [P, I32, P, P, P, P, P, P]),
-    "cake_cpu_backward": (I32, [P, I32, P, P, P, P, P, P, P, P, P]),
+    # (plan, n, channels, x, w, params, history, y, options)
+    "cake_cpu_forward": (I32, [P, I32, P, P, P, P, P, P, P]),
+    # (plan, n, channels, x, w, params, history, dy, future, dx, dw, options)
+    "cake_cpu_backward": (I32, [P, I32, P, P, P, P, P, P, P, P, P, P]),
     "cake_ctx_create": (I32, [P, I32, ctypes.POINTER(Transport), ctypes.POINTER(CtxOptions), P]),
     "cake_ctx_destroy": (None, [P]),
     "cake_ctx_local_rows": (I64, [P]),
     "cake_ctx_pool_rows": (I64, [P]),
     "cake_ctx_get_stats": (I32, [P, ctypes.POINTER(CtxStats)]),
-    "cake_forward": (I32, [P, I64, P, P, P, P, P]),
-    "cake_backward": (I32, [P, I64, P, P, P, P, P, P]),
-    "cake_forward_multi": (I32, [P, I32, P, P, P, P, P, P]),
-    "cake_backward_multi": (I32, [P, I32, P, P, P, P, P, P, P]),
+    # (ctx, channels, x, w, params, y, history, handle)
+    "cake_forward": (I32, [P, I64, P, P, P, P, P, P]),
+    # (ctx, channels, x, w, params, history, dy, dx, dw)
+    "cake_backward": (I32, [P, I64, P, P, P, P, P, P, P]),
+    # (ctx, n, channels, x, w, params, y, history, handle)
+    "cake_forward_multi": (I32, [P, I32, P, P, P, P, P, P, P]),
+    # (ctx, n, channels, x, w, params, history, dy, dx, dw)
+    "cake_backward_multi": (I32, [P, I32, P, P, P, P, P, P, P, P]),
     "cake_recompute_handle_create": (I32, [P]),
     "cake_recompute_handle_destroy": (None, [P]),
     "cake_recompute_handle_contains": (I32, [P, ctypes.c_char_p]),
@@ -147,16 +165,23 @@ _CORE = {
 
 _CUDA = {
     "cake_cuda_cooperative_supported": (I32, []),
-    # (ctx, channels, x, w, y, history, handle, cooperative, workspace, workspace_bytes, stream)
-    "cake_forward_cuda": (I32, [P, I64, P, P, P, P, P, I32, P, ctypes.c_size_t, P]),
-    # (ctx, channels, x, w, history, dy, dx, dw, cooperative, workspace, workspace_bytes, stream)
-    "cake_backward_cuda": (I32, [P, I64, P, P, P, P, P, P, I32, P, ctypes.c_size_t, P]),
-    # (ctx, n, channels, x, w, y, history, handle, cooperative, workspace, bytes, stream)
-    "cake_forward_multi_cuda": (I32, [P, I32, P, P, P, P, P, P, I32, P, ctypes.c_size_t, P]),
-    # (ctx, n, channels, x, w, history, dy, dx, dw, cooperative, workspace, bytes, stream)
-    "cake_backward_multi_cuda": (I32, [P, I32, P, P, P, P, P, P, P, I32, P, ctypes.c_size_t,
-                                       P]),
+    # (ctx, n, channels, params, backward, &bytes)
+    "cake_ctx_cuda_workspace_size": (I32, [P, I32, P, P, I32, P]),
+    # (ctx, channels, x, w, params, y, history, handle, cooperative, workspace, bytes, stream)
+    "cake_forward_cuda": (I32, [P, I64, P, P, P, P, P, P, I32, P, ctypes.c_size_t, P]),
+    # (ctx, channels, x, w, params, history, dy, dx, dw, cooperative, workspace, bytes, stream)
+    "cake_backward_cuda": (I32, [P, I64, P, P, P, P, P, P, P, I32, P, ctypes.c_size_t, P]),
+    # (ctx, n, channels, x, w, params, y, history, handle, cooperative, workspace, bytes,
+    #  stream)
+    "cake_forward_multi_cuda": (I32, [P, I32, P, P, P, P, P, P, P, I32, P, ctypes.c_size_t,
+                                      P]),
+    # (ctx, n, channels, x, w, params, history, dy, dx, dw, cooperative, workspace, bytes,
+    #  stream)
+    "cake_backward_multi_cuda": (I32, [P, I32, P, P, P, P, P, P, P, P, I32, P,
+                                       ctypes.c_size_t, P]),
 }
+
+VERSION_MAJOR = 1  # the C API this package is written for (cake.h's CAKE_VERSION_MAJOR)
 
 
 class Library:
@@ -166,6 +191,11 @@ class Library:
     def __init__(self, path):
         self.path = path
         self.c = ctypes.CDLL(path)
+        self.c.cake_version.restype, self.c.cake_version.argtypes = None, [P, P, P]
+        if self.version()[0] != VERSION_MAJOR:
+            raise OSError(f"its C API is version {'.'.join(map(str, self.version()))}; this "
+                          f"package needs {VERSION_MAJOR}.x (rebuild the library from this "
+                          f"checkout)")
         for name, (restype, argtypes) in _CORE.items():
             fn = getattr(self.c, name)
             fn.restype, fn.argtypes = restype, argtypes
@@ -262,5 +292,19 @@ def pointer_array(pointers):
     return (P * len(pointers))(*pointers)
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+
+
 def int64_array(values):
+    """A C int64_t array; every value must already be checked to fit (check_int64)."""
     return (I64 * len(values))(*values)
+
+
+def check_int64(value, name):
+    """`value` (a Python int) as it is, or ValueError naming `name` when it does not fit an
+    int64 (ctypes would silently keep its low 64 bits)."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name}: {value} does not fit in int64 (expected {INT64_MIN} .. "
+                         f"{INT64_MAX})")
+    return value

@@ -140,10 +140,11 @@ def rank_reference(problem, rank):
         P = _lib.pointer_array
         ptr = lambda ts: P([t.data_ptr() for t in ts])  # noqa: E731
         ch = _lib.int64_array(problem.channels)
-        _lib.check(lib.c.cake_cpu_forward(plan, n, ch, ptr(xs), ptr(problem.ws), ptr(hs),
+        _lib.check(lib.c.cake_cpu_forward(plan, n, ch, ptr(xs), ptr(problem.ws), None, ptr(hs),
                                           ptr(ys), None))
-        _lib.check(lib.c.cake_cpu_backward(plan, n, ch, ptr(xs), ptr(problem.ws), ptr(hs),
-                                           ptr(dys), ptr(fs), ptr(dxs), ptr(dws), None))
+        _lib.check(lib.c.cake_cpu_backward(plan, n, ch, ptr(xs), ptr(problem.ws), None,
+                                           ptr(hs), ptr(dys), ptr(fs), ptr(dxs), ptr(dws),
+                                           None))
         return rows, ys, dxs, dws
     finally:
         lib.c.cake_plan_destroy(plan)
