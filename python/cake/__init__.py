@@ -1,13 +1,24 @@
 """cake: deterministic context-parallel short causal convolutions for PyTorch.
 
-See :mod:`cake.causal_conv1d_det_train_kcp` for the API; its four names are re-exported here.
+See :mod:`cake.causal_conv1d_det_train_kcp` for the API; its four names are re-exported here,
+with :class:`CakeError` (a RuntimeError carrying the C library's status). The same four names
+are also importable as ``flashinfer.cake_causal_conv1d_det_train_kcp`` (the seed's full name).
 The C library (libcake.so, or libcake_cuda.so with the GPU kernels) is loaded on first use:
-from $CAKE_LIBRARY when set, else from this package's directory.
+from $CAKE_LIBRARY when set, else from this package's directory. Needs torch >= 2.6.
 """
-from .causal_conv1d_det_train_kcp import (ContextDetKcp, RecomputeHandleDetKcp,
+import torch as _torch
+
+from ._lib import CakeError
+
+_version = tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2])
+if _version < (2, 6):
+    raise ImportError(f"cake needs torch >= 2.6 (torch.library custom ops, torch.compile); "
+                      f"this is torch {_torch.__version__}")
+
+from .causal_conv1d_det_train_kcp import (ContextDetKcp, RecomputeHandleDetKcp,  # noqa: E402
                                           cake_causal_conv1d_det_kcp,
                                           cake_causal_conv1d_det_multi_kcp)
 
 __all__ = ["cake_causal_conv1d_det_kcp", "cake_causal_conv1d_det_multi_kcp", "ContextDetKcp",
-           "RecomputeHandleDetKcp"]
-__version__ = "0.1.0"
+           "RecomputeHandleDetKcp", "CakeError"]
+__version__ = "1.0.0"

@@ -2,6 +2,12 @@
 
 Every message names the argument, what was expected and what was given. Types (a tensor or
 not, dtypes) raise TypeError; values (shapes, devices, contiguity, counts) raise ValueError.
+
+The checks run on every call, so the common case takes one fast pass (``_pair_ok``: a few
+attribute reads per tensor); only when it fails do the detailed checks run, to find the first
+broken rule and word its message. Under torch.compile the same code is traced by dynamo (it
+becomes guards); data pointers cannot be traced, so the alignment of GPU tensors is checked by
+the op at run time instead (``check_alignment``).
 """
 import torch
 
@@ -9,23 +15,33 @@ from . import _lib
 from ._context import ContextDetKcp
 from ._handle import RecomputeHandleDetKcp
 
+_BF16, _F32, _STRIDED = torch.bfloat16, torch.float32, torch.strided
+_compiling = torch.compiler.is_compiling
+
 
 def _shape(t):
     return list(t.shape)
 
 
 def check_common(ctx, recompute_handle, cooperative):
-    if not isinstance(ctx, ContextDetKcp):
+    """The context, handle and launch form; returns the C launch form (-1, 0, 1)."""
+    if type(ctx) is not ContextDetKcp and not isinstance(ctx, ContextDetKcp):
         raise TypeError(f"ctx: expected a ContextDetKcp, got {type(ctx).__name__}")
-    ctx._handle  # raises if closed
+    if ctx._closed:
+        raise ValueError("ctx: this ContextDetKcp was closed")
     if recompute_handle is not None:
         if not isinstance(recompute_handle, RecomputeHandleDetKcp):
             raise TypeError(f"recompute_handle: expected a RecomputeHandleDetKcp or None, got "
                             f"{type(recompute_handle).__name__}")
-        recompute_handle._handle  # raises if closed
-    if cooperative is not None and not isinstance(cooperative, bool):
-        raise TypeError(f"cooperative: expected True, False or None, got "
-                        f"{type(cooperative).__name__}")
+        if recompute_handle._closed:
+            raise ValueError("recompute_handle: this RecomputeHandleDetKcp was closed")
+    if cooperative is None:
+        return _lib.COOPERATIVE_AUTO
+    if cooperative is True:
+        return _lib.COOPERATIVE_ON
+    if cooperative is False:
+        return _lib.COOPERATIVE_OFF
+    raise TypeError(f"cooperative: expected True, False or None, got {type(cooperative).__name__}")
 
 
 def check_sequences(xs, weights):
@@ -40,8 +56,25 @@ def check_sequences(xs, weights):
                          f"{len(weights)}")
 
 
+def _pair_ok(x, w, rows, device_index, is_cuda):
+    """True when (x, w) passes every check below (without wording any message)."""
+    try:
+        shape = x.shape
+        dims = len(shape)
+        channels = shape[-1]
+        return (x.dtype is _BF16 and w.dtype is _F32 and x.layout is _STRIDED and
+                w.layout is _STRIDED and (dims == 2 or (dims == 3 and shape[0] == 1)) and
+                shape[-2] == rows and channels > 0 and channels % 8 == 0 and
+                w.shape == (channels, 4) and x.is_contiguous() and w.is_contiguous() and
+                x.is_cuda is is_cuda and (is_cuda or x.is_cpu) and
+                x.get_device() == device_index and w.get_device() == device_index)
+    except (AttributeError, TypeError, IndexError):
+        return False
+
+
 def check_pair(ctx, x, w, x_name, w_name, device):
-    """Checks one (x, w); `device` is the device every tensor must share (None: x's)."""
+    """Checks one (x, w) in detail; `device` is the device every tensor must share (None: x's).
+    Returns x's device."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{x_name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype != torch.bfloat16:
@@ -80,26 +113,48 @@ def check_pair(ctx, x, w, x_name, w_name, device):
     if not w.is_contiguous():
         raise ValueError(f"{w_name}: expected a contiguous tensor, got strides "
                          f"{list(w.stride())} (call .contiguous())")
-    if x.device.type == "cuda":
-        for name, t in ((x_name, x), (w_name, w)):
+    return x.device
+
+
+def _names(multi, i):
+    return (f"xs[{i}]", f"weights[{i}]") if multi else ("x", "w")
+
+
+def check_alignment(xs, ws, multi):
+    """GPU data pointers must be 16-byte aligned (a view at an odd storage offset is not)."""
+    for i, (x, w) in enumerate(zip(xs, ws)):
+        for name, t in zip(_names(multi, i), (x, w)):
             if t.numel() and t.data_ptr() % _lib.CUDA_ALIGNMENT:
                 raise ValueError(f"{name}: expected a {_lib.CUDA_ALIGNMENT}-byte aligned data "
                                  f"pointer on the GPU, got one {t.data_ptr() % 16} bytes past "
                                  f"(a view at storage offset {t.storage_offset()}; pass a copy)")
-    return x.device
 
 
 def check_library_for(device):
     lib = _lib.get()
-    if device.type == "cuda":
-        if not lib.has_cuda:
-            raise RuntimeError(f"cake: CUDA tensors were passed, but the loaded C library "
-                               f"({lib.path}) has no GPU kernels; build it where nvcc exists "
-                               f"and load libcake_cuda.so (or set CAKE_LIBRARY)")
+    if device.type == "cuda" and not lib.has_cuda:
+        raise RuntimeError(f"cake: CUDA tensors were passed, but the loaded C library "
+                           f"({lib.path}) has no GPU kernels; build it where nvcc exists "
+                           f"and load libcake_cuda.so (or set CAKE_LIBRARY)")
     return lib
 
 
-def cooperative_flag(cooperative):
-    if cooperative is None:
-        return _lib.COOPERATIVE_AUTO
-    return _lib.COOPERATIVE_ON if cooperative else _lib.COOPERATIVE_OFF
+def check_call(ctx, xs, ws, recompute_handle, cooperative, multi):
+    """Every check of one call (xs, ws: sequences of equal length >= 1); returns the C launch
+    form."""
+    flag = check_common(ctx, recompute_handle, cooperative)
+    x0 = xs[0]
+    rows = ctx.local_rows
+    try:
+        is_cuda = x0.is_cuda is True
+        index = x0.get_device()
+    except (AttributeError, TypeError):
+        is_cuda, index = False, None
+    if not all(_pair_ok(x, w, rows, index, is_cuda) for x, w in zip(xs, ws)):
+        device = None
+        for i, (x, w) in enumerate(zip(xs, ws)):
+            device = check_pair(ctx, x, w, *_names(multi, i), device)
+    if is_cuda and not _compiling():
+        check_library_for(x0.device)
+        check_alignment(xs, ws, multi)
+    return flag

@@ -1,10 +1,11 @@
 """ContextDetKcp: a partition of the packed batch, this rank, and the process group's transport."""
 import ctypes
 import numbers
+import os
 
 import torch
 
-from . import _lib
+from . import _lib, _registry
 from ._transport import TorchTransport, dist
 
 # Contexts whose exchange failed: the transport may still write into their C buffers, so they
@@ -15,12 +16,14 @@ _NAMED = ("contiguous", "zigzag")
 
 
 def _int_list(values, name):
+    """Python ints of a sequence or 1-D integer tensor, each checked to fit an int64."""
     if isinstance(values, torch.Tensor):
         if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
             raise TypeError(f"{name}: expected an integer tensor, got dtype {values.dtype}")
         if values.dim() != 1:
             raise ValueError(f"{name}: expected a 1-D tensor, got shape {list(values.shape)}")
-        return [int(v) for v in values.tolist()]
+        values = values.tolist()  # uint64 tensors may hold values past int64
+        return [_lib.check_int64(int(v), f"{name}[{i}]") for i, v in enumerate(values)]
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(f"{name}: expected a sequence of ints or a 1-D integer tensor, got "
                         f"{type(values).__name__}")
@@ -30,8 +33,37 @@ def _int_list(values, name):
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise TypeError(f"{name}[{i}]: expected an int, got {type(v).__name__}")
-        out.append(int(v))
+        out.append(_lib.check_int64(int(v), f"{name}[{i}]"))
     return out
+
+
+def _default_group():
+    """group=None: torch.distributed's default group when it is initialised, else None (one
+    process). A process that a launcher started as one of several (WORLD_SIZE > 1) but that
+    has not initialised torch.distributed is refused: it would silently run alone."""
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.group.WORLD
+    world = os.environ.get("WORLD_SIZE", "")
+    if world.isdigit() and int(world) > 1:
+        raise ValueError(f"group: None means torch.distributed's default group, but "
+                         f"torch.distributed is not initialised in this process, which its "
+                         f"launcher started as one of WORLD_SIZE={world} processes; call "
+                         f"torch.distributed.init_process_group() first (a context made now "
+                         f"would hold the whole batch and never exchange)")
+    return None
+
+
+class _Spec:
+    """What every call with one list of channel counts needs: the C array of them (and, per
+    direction, the GPU workspace bytes, filled on first use). With issue 12's bias and
+    activation the key grows the parameters that change the workspace."""
+
+    __slots__ = ("channel_list", "channels", "workspace")
+
+    def __init__(self, channel_list):
+        self.channel_list = channel_list
+        self.channels = _lib.int64_array(channel_list)
+        self.workspace = [None, None]
 
 
 def _build_partition(lib, cu, num_ranks, partition):
@@ -104,14 +136,18 @@ class ContextDetKcp(_lib.Owned):
         tensor may live on any device (it is read once, here).
     group : torch.distributed.ProcessGroup, optional
         The context-parallel group; its ranks are the partition's ranks (group ranks, not global
-        ranks). ``None`` (the default) means a single process holding the whole batch, with no
-        communication at all (this is *not* torch's "default group": pass
-        ``torch.distributed.group.WORLD`` for that). CPU tensors exchange over gloo; CUDA
-        tensors over NCCL (device buffers on the current stream) when the group has an NCCL
-        backend, else through pinned host memory and the group's CPU backend. With an NCCL
-        backend and more than one rank, building the context runs one all_reduce on the
-        current CUDA device (so that NCCL's communicator exists before exchanges that involve
-        only some ranks): call ``torch.cuda.set_device`` first.
+        ranks). ``None`` (the default), as everywhere in torch.distributed, means the default
+        process group when torch.distributed is initialised; when it is not, a single process
+        holding the whole batch, with no communication (but ValueError in a process that its
+        launcher started as one of several, ``WORLD_SIZE > 1``: it forgot
+        ``init_process_group``). An explicit group needs torch.distributed initialised. CPU
+        tensors exchange over gloo; CUDA tensors over NCCL (device buffers on the current
+        stream) when the group has an NCCL backend, else through pinned host memory and the
+        group's CPU backend. With an NCCL backend and more than one rank, building the context
+        runs one all_reduce on the current CUDA device (so that NCCL's communicator exists
+        before exchanges that involve only some ranks): call ``torch.cuda.set_device`` first.
+        A one-process context inside an initialised program takes a one-rank group
+        (``dist.new_group([dist.get_rank()])``).
     partition : str or list, default "contiguous"
         Which global token ranges each rank holds; a rank's local rows are its ranges
         concatenated in order:
@@ -131,13 +167,15 @@ class ContextDetKcp(_lib.Owned):
         small message per peer per call. False or None: off unless the environment has
         ``CAKE_CHECK=1`` when the context is made.
     timeout_seconds : float, default 0
-        > 0: an exchange not complete in this many seconds raises (``CakeError`` with status
-        ``CAKE_ERROR_TIMEOUT``) and the context refuses further calls; make a new process group
-        and context then. 0: ``$CAKE_TIMEOUT_SECONDS`` if set, else wait as long as it takes
-        (the process group's own timeout still applies).
+        > 0: an exchange not complete in this many seconds raises (:class:`cake.CakeError`
+        with status ``CAKE_ERROR_TIMEOUT``) and the context refuses further calls; make a new
+        process group and context then. ``math.inf``: no limit, whatever the environment says.
+        0: ``$CAKE_TIMEOUT_SECONDS`` if set, else no limit (the process group's own timeout
+        still applies). A finite limit on a GPU context makes the host wait for each
+        exchange (that is how it is enforced); the default does not.
     num_threads : int, default 0
         Threads of the CPU kernels; 0: ``$CAKE_NUM_THREADS``, else every online processor.
-        Never changes results.
+        At most 2**31 - 1 (a C int). Never changes results.
 
     Attributes
     ----------
@@ -161,7 +199,7 @@ class ContextDetKcp(_lib.Owned):
     Examples
     --------
     >>> dist.init_process_group("gloo")
-    >>> ctx = ContextDetKcp(cu_seqlens, dist.group.WORLD, partition="zigzag")
+    >>> ctx = ContextDetKcp(cu_seqlens, partition="zigzag")   # the default group
     >>> x_local = x_global[ctx.global_rows()]      # [ctx.local_rows, C]
     >>> ContextDetKcp([0, 5, 12], partition=[[(6, 12), (0, 6)]]).global_rows().tolist()
     [6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5]
@@ -170,16 +208,20 @@ class ContextDetKcp(_lib.Owned):
     def __init__(self, cu_seqlens, group=None, *, partition="contiguous", check=None,
                  timeout_seconds=0.0, num_threads=0):
         self._ptr = None
+        self._token = None
+        self._closed = True
         lib = _lib.get()
         self._lib = lib
         cu = _int_list(cu_seqlens, "cu_seqlens")
         if len(cu) < 1:
             raise ValueError("cu_seqlens: expected at least 1 offset (N + 1 for N sequences), "
                              "got 0")
+        if group is None:
+            group = _default_group()
+        elif dist is None or not dist.is_available() or not dist.is_initialized():
+            raise ValueError("group: torch.distributed is not initialised; call "
+                             "init_process_group first, or pass group=None for one process")
         if group is not None:
-            if dist is None or not dist.is_available() or not dist.is_initialized():
-                raise ValueError("group: torch.distributed is not initialised; call "
-                                 "init_process_group first, or pass group=None for one process")
             rank = dist.get_rank(group)
             if rank < 0:
                 raise ValueError("group: this process is not a member of the group")
@@ -192,11 +234,12 @@ class ContextDetKcp(_lib.Owned):
                             f"{type(timeout_seconds).__name__}")
         if isinstance(num_threads, bool) or not isinstance(num_threads, numbers.Integral):
             raise TypeError(f"num_threads: expected an int, got {type(num_threads).__name__}")
-        if num_threads < 0:
-            raise ValueError(f"num_threads: expected >= 0 (0 = default), got {num_threads}")
-        if not timeout_seconds >= 0:
-            raise ValueError(f"timeout_seconds: expected >= 0 (0 = no limit), got "
-                             f"{timeout_seconds}")
+        if not 0 <= num_threads <= _lib.INT_MAX:
+            raise ValueError(f"num_threads: expected 0 (the default) .. {_lib.INT_MAX} (a C "
+                             f"int), got {num_threads}")
+        if not timeout_seconds >= 0:  # NaN too
+            raise ValueError(f"timeout_seconds: expected >= 0 (0 = default, math.inf = no "
+                             f"limit), got {timeout_seconds}")
         transport = TorchTransport(group)
         self._transport = transport
         self.group = group
@@ -204,6 +247,7 @@ class ContextDetKcp(_lib.Owned):
         self.world_size = transport.size
         self._partition, self.partition = _build_partition(lib, cu, self.world_size, partition)
         self._plans = {}
+        self._specs = {}
         options = _lib.CtxOptions(1 if check else 0, float(timeout_seconds),
                                   _lib.CpuOptions(int(num_threads), 0))
         ptr = ctypes.c_void_p()
@@ -211,10 +255,12 @@ class ContextDetKcp(_lib.Owned):
                                          ctypes.byref(options), ctypes.byref(ptr)), lib)
         self._ptr = ptr
         self._broken = False
+        self._closed = False
         self.local_rows = int(lib.c.cake_ctx_local_rows(ptr))
         self.pool_rows = int(lib.c.cake_ctx_pool_rows(ptr))
         self.total_rows = int(lib.c.cake_partition_total_rows(self._partition))
         self.num_seqs = int(lib.c.cake_partition_num_seqs(self._partition))
+        self._token = _registry.register(self)
 
     # ---- lifetime ----------------------------------------------------------------------------
 
@@ -226,6 +272,8 @@ class ContextDetKcp(_lib.Owned):
 
     def close(self):
         """Frees the C context (the process group is left alone). Later calls raise."""
+        self._closed = True
+        _registry.unregister(getattr(self, "_token", None))
         ptr, self._ptr = getattr(self, "_ptr", None), None
         lib = getattr(self, "_lib", None)
         if lib is None:
@@ -247,6 +295,25 @@ class ContextDetKcp(_lib.Owned):
                 f"{self.local_rows} of {self.total_rows} rows, {self.num_seqs} sequences)")
 
     # ---- what the C calls need ---------------------------------------------------------------
+
+    def _spec(self, xs):
+        """The _Spec of a call on xs (cached by channel counts)."""
+        key = tuple([x.shape[-1] for x in xs])
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = _Spec(list(key))
+        return spec
+
+    def _cuda_workspace_bytes(self, spec, backward):
+        """Bytes of GPU workspace one call of `spec` needs (asked of C once per direction)."""
+        nbytes = spec.workspace[backward]
+        if nbytes is None:
+            out = ctypes.c_size_t()
+            _lib.check(self._lib.c.cake_ctx_cuda_workspace_size(
+                self._handle, len(spec.channel_list), spec.channels, None, backward,
+                ctypes.byref(out)), self._lib)
+            nbytes = spec.workspace[backward] = int(out.value)
+        return nbytes
 
     def _raise(self, status):
         """The exception of a failed call: the C message, chained to a callback's exception.

@@ -1,7 +1,7 @@
 """RecomputeHandleDetKcp: the C library's recompute handle (a small keyed store)."""
 import ctypes
 
-from . import _lib
+from . import _lib, _registry
 
 
 def _key(key):
@@ -39,7 +39,13 @@ class RecomputeHandleDetKcp(_lib.Owned):
     and do not interfere with ``"conv"``.
 
     The handle frees its memory when it is garbage collected, or at :meth:`close`; it is a
-    context manager.
+    context manager. On the GPU its pools are freed stream-ordered (no device synchronisation).
+
+    Under ``torch.compile`` pass the handle in from outside the compiled function (a new one
+    every micro-step does not recompile: the compiled graph sees the handle's token, a small
+    CPU tensor, not the object). In a step captured as a CUDA graph, create and close the handle
+    inside the captured step, as in eager training: the graph then allocates and frees its
+    pools on every replay.
 
     Examples
     --------
@@ -51,11 +57,16 @@ class RecomputeHandleDetKcp(_lib.Owned):
     """
 
     def __init__(self):
+        self._ptr = None
+        self._token = None
+        self._closed = True
         lib = _lib.get()
         self._lib = lib
         ptr = ctypes.c_void_p()
         _lib.check(lib.c.cake_recompute_handle_create(ctypes.byref(ptr)), lib)
         self._ptr = ptr
+        self._closed = False
+        self._token = _registry.register(self)
 
     @property
     def _handle(self):
@@ -65,6 +76,8 @@ class RecomputeHandleDetKcp(_lib.Owned):
 
     def close(self):
         """Frees the handle (its pools included); later use raises ValueError."""
+        self._closed = True
+        _registry.unregister(getattr(self, "_token", None))
         ptr, self._ptr = getattr(self, "_ptr", None), None
         if ptr is not None and ptr.value:
             self._lib.c.cake_recompute_handle_destroy(ptr)

@@ -17,6 +17,7 @@ CAKE_ERROR_TIMEOUT), and the context raises it once the C call has returned.
 """
 import ctypes
 import datetime
+import math
 import time
 
 import torch
@@ -49,6 +50,11 @@ def _device_tensor(address, nbytes, device):
     if nbytes == 0:
         return torch.empty(0, dtype=torch.uint8, device=device)
     return torch.as_tensor(_DeviceBuffer(address, nbytes), device=device)
+
+
+def _limited(timeout):
+    """Whether an exchange timeout is a limit (> 0 and finite; 0 and inf mean none)."""
+    return 0 < timeout < math.inf
 
 
 def _is_timeout(exc):
@@ -120,7 +126,7 @@ class TorchTransport:
                 ops = self._ops(tag, sends, num_sends, receives, num_receives,
                                 lambda t: _device_tensor(t.data, t.bytes, device))
                 self._run(ops, 0.0)  # makes `ext` wait for the operations; the host does not
-                if timeout > 0:
+                if _limited(timeout):
                     self._wait_stream(ext, timeout)
             return _lib.SUCCESS
         except BaseException as e:  # noqa: B036
@@ -130,7 +136,7 @@ class TorchTransport:
 
     def _failed(self, exc, timeout):
         self.error = exc
-        if isinstance(exc, _Timeout) or (timeout > 0 and _is_timeout(exc)):
+        if isinstance(exc, _Timeout) or (_limited(timeout) and _is_timeout(exc)):
             return _lib.ERROR_TIMEOUT
         return _lib.ERROR_COMMUNICATION
 
@@ -162,7 +168,7 @@ class TorchTransport:
         works = dist.batch_isend_irecv(ops)
         deadline = time.monotonic() + timeout
         for work in works or []:
-            if timeout > 0:
+            if _limited(timeout):
                 left = max(deadline - time.monotonic(), 1e-3)
                 work.wait(datetime.timedelta(seconds=left))
             else:
@@ -198,7 +204,7 @@ class TorchTransport:
             ops.append(dist.P2POp(dist.isend, buf, self.global_ranks[t.peer], self.group, tag))
         self._run(ops, 0.0)
         stream = torch.cuda.current_stream(device)
-        if timeout > 0:
+        if _limited(timeout):
             self._wait_stream(stream, timeout)
         for host, buf in recv_dev:
             host.copy_(buf)  # synchronous: waits for the stream

@@ -8,11 +8,15 @@ direction), :class:`ContextDetKcp` (process group + partition) and
 Every result is bitwise reproducible (SPEC 3): the same bits on every run, thread count,
 launch form, CPU or GPU; y and dx are bitwise the same for every partition and number of ranks;
 the multi entry point is bitwise the single calls.
+
+Both entry points work eagerly and under ``torch.compile`` (fullgraph, forward and backward,
+with or without ``torch.utils.checkpoint``): they run as the torch.library ops
+``cake::conv_forward`` and ``cake::conv_backward`` there, with bitwise the eager results.
 """
 from . import _checks
-from ._autograd import ConvFunction
 from ._context import ContextDetKcp
 from ._handle import RecomputeHandleDetKcp
+from ._ops import ConvFunction
 
 __all__ = ["cake_causal_conv1d_det_kcp", "cake_causal_conv1d_det_multi_kcp", "ContextDetKcp",
            "RecomputeHandleDetKcp"]
@@ -67,16 +71,23 @@ def cake_causal_conv1d_det_kcp(x, w, ctx, *, recompute_handle=None, cooperative=
         (not ``ctx.local_rows``), a misaligned GPU pointer, a closed ctx or handle, or a
         recompute handle misused (the C library's message).
     RuntimeError
-        A failed exchange (``CakeError``, chained to the process group's exception), a timeout,
-        a mismatch in check mode, a CUDA error, or CUDA tensors with a C library built
-        without GPU kernels.
+        A failed exchange (:class:`cake.CakeError`, chained to the process group's exception),
+        a timeout, a mismatch in check mode, a CUDA error, CUDA tensors with a C library built
+        without GPU kernels, or a double backward (``create_graph=True`` through this op).
 
     Notes
     -----
     dx is BF16 of x's shape; dw is FP32 ``[C, 4]``, *this rank's* contribution: sum it over
     the group (as for any weight under data or context parallelism). The incoming gradient may
     have any strides (it is made contiguous). The backward issues one exchange (the next rows
-    of dy), so every rank must run it.
+    of dy), so every rank must run it. The backward is not differentiable: a backward with
+    ``create_graph=True`` (a gradient penalty, say) raises RuntimeError instead of returning a
+    wrong second-order gradient.
+
+    Under ``torch.compile`` the call traces without a graph break (fullgraph); ctx and the
+    handle reach the compiled graph as small CPU token tensors, so a new handle every
+    micro-step reuses the compiled graph. Create contexts and handles outside the compiled
+    function.
 
     Deliberately not checked (it would cost a collective or a device sync): that the other
     ranks make the same call (same order, channel count, handle passed or not; use the
@@ -96,11 +107,8 @@ def cake_causal_conv1d_det_kcp(x, w, ctx, *, recompute_handle=None, cooperative=
     ...                x, use_reentrant=False)
     >>> y.float().square().sum().backward()          # w.grad: this rank's part; all_reduce it
     """
-    _checks.check_common(ctx, recompute_handle, cooperative)
-    device = _checks.check_pair(ctx, x, w, "x", "w", None)
-    _checks.check_library_for(device)
-    (y,) = ConvFunction.apply(ctx, recompute_handle, _checks.cooperative_flag(cooperative),
-                              False, 1, x, w)
+    flag = _checks.check_call(ctx, (x,), (w,), recompute_handle, cooperative, False)
+    (y,) = ConvFunction.apply(ctx, recompute_handle, flag, False, x, w)
     return y
 
 
@@ -160,12 +168,6 @@ def cake_causal_conv1d_det_multi_kcp(xs, weights, ctx, *, recompute_handle=None,
     >>> q, k, v = cake_causal_conv1d_det_multi_kcp([q, k, v], [w_q, w_k, w_v], ctx,
     ...                                            recompute_handle=handle)
     """
-    _checks.check_common(ctx, recompute_handle, cooperative)
     _checks.check_sequences(xs, weights)
-    device = None
-    for i, (x, w) in enumerate(zip(xs, weights)):
-        device = _checks.check_pair(ctx, x, w, f"xs[{i}]", f"weights[{i}]", device)
-    _checks.check_library_for(device)
-    n = len(xs)
-    return ConvFunction.apply(ctx, recompute_handle, _checks.cooperative_flag(cooperative),
-                              True, n, *xs, *weights)
+    flag = _checks.check_call(ctx, xs, weights, recompute_handle, cooperative, True)
+    return ConvFunction.apply(ctx, recompute_handle, flag, True, *xs, *weights)

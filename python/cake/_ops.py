@@ -1,0 +1,288 @@
+"""The convolution's forward and backward: the C calls, the torch.library ops, the autograd
+Function.
+
+Three layers, one implementation:
+
+* ``forward_impl`` / ``backward_impl`` make one C call (single or multi, CPU or CUDA) that
+  fills output tensors the caller allocated. GPU calls run on the current stream of the
+  tensors' device, with their workspace from torch's caching allocator (so no cudaMallocAsync
+  per call, and CUDA graph capture takes it from the graph's pool); nothing here synchronises
+  the host with the device.
+* ``cake::conv_forward`` and ``cake::conv_backward``: torch.library custom ops over those two
+  functions, with fake implementations, for torch.compile. They write into output buffers
+  (``ys``, ``pools``; ``dxs``, ``dws``, ``dbias``) and declare the context's token (and the
+  forward the handle's token) mutated, because a call has effects beyond its outputs: the halo
+  exchange, a collective every rank must make in the same order, and the forward filling the
+  recompute handle. Declared mutation keeps every call in the compiled graph (no common
+  subexpression merging two calls, no dead-code removal of a call whose output is unused) and
+  chains the calls on one context in program order, as eager code runs them. The tokens are
+  not written; see _registry.py for what they are.
+* ``ConvFunction``, the autograd.Function behind the public entry points. Eager, it calls the
+  implementation directly (the dispatcher's Python custom-op path costs about 50 us a call);
+  under torch.compile (dynamo traces the Function), it calls the ops. Both run the same C calls
+  in the same order, so compiled results are bitwise the eager ones. Under
+  ``torch.utils.checkpoint`` (use_reentrant=False) AOTAutograd recomputes ``conv_forward`` in
+  the compiled backward, as eager checkpointing recomputes the forward, and the recompute reads
+  the recompute handle the first forward filled.
+
+The op schemas already carry what issue 12's bias and activation need (``Tensor?[] bias``,
+``str activation``, ``Tensor[] dbias``); until then the plain op (``bias=[]``,
+``activation="none"``) is the only one accepted.
+"""
+import ctypes
+from typing import List, Optional
+
+import torch
+
+from . import _lib, _registry
+
+_P = ctypes.c_void_p
+_PSIZE = ctypes.sizeof(_P)
+_BF16 = torch.bfloat16
+_compiling = torch.compiler.is_compiling
+_ALIGN = _lib.CUDA_ALIGNMENT
+
+
+def _entry_name(multi):
+    return "cake_causal_conv1d_det_multi_kcp" if multi else "cake_causal_conv1d_det_kcp"
+
+
+def _plain_params(bias, activation):
+    """The cake_conv_params of a call: None (the plain op) until issue 12 brings bias and SiLU."""
+    if activation != "none" or any(b is not None for b in bias):
+        raise ValueError(f"activation {activation!r} / bias: only the plain op (no bias, "
+                         f"activation 'none') is supported by this version of the binding")
+    return None
+
+
+class _Cuda:
+    """The current device made the tensors' for one call, cheaply when it already is."""
+
+    __slots__ = ("guard",)
+
+    def __init__(self, index):
+        self.guard = None if torch._C._cuda_getDevice() == index else torch.cuda.device(index)
+
+    def __enter__(self):
+        if self.guard is not None:
+            self.guard.__enter__()
+
+    def __exit__(self, *exc):
+        if self.guard is not None:
+            self.guard.__exit__(*exc)
+
+
+def _workspace(ctx, spec, backward, device):
+    nbytes = ctx._cuda_workspace_bytes(spec, backward)
+    if not nbytes:
+        return None, 0
+    return torch.empty(nbytes, dtype=torch.uint8, device=device), nbytes
+
+
+def forward_impl(ctx, handle, xs, ws, ys, pools, cooperative, multi, params=None):
+    """One C forward: fills ys (x's shape, bf16) and the history pools ([ctx.pool_rows, C_i]
+    bf16), exchanging the history rows unless `handle` holds them."""
+    n = len(xs)
+    spec = ctx._spec(xs)
+    handle_ptr = handle._ptr if handle is not None else None
+    x0 = xs[0]
+    c = ctx._lib.c
+    if not x0.is_cuda:
+        if multi:
+            arr = (_P * (4 * n))(*[t.data_ptr() for t in (*xs, *ws, *ys, *pools)])
+            base = ctypes.addressof(arr)
+            step = n * _PSIZE
+            status = c.cake_forward_multi(ctx._ptr, n, spec.channels, base, base + step, params,
+                                          base + 2 * step, base + 3 * step, handle_ptr)
+        else:
+            status = c.cake_forward(ctx._ptr, spec.channel_list[0], x0.data_ptr(),
+                                    ws[0].data_ptr(), params, ys[0].data_ptr(),
+                                    pools[0].data_ptr(), handle_ptr)
+    else:
+        index = x0.get_device()
+        with _Cuda(index):
+            stream = torch._C._cuda_getCurrentRawStream(index)
+            workspace, nbytes = _workspace(ctx, spec, 0, x0.device)
+            wptr = workspace.data_ptr() if workspace is not None else None
+            if multi:
+                arr = (_P * (4 * n))(*[t.data_ptr() for t in (*xs, *ws, *ys, *pools)])
+                base = ctypes.addressof(arr)
+                step = n * _PSIZE
+                status = c.cake_forward_multi_cuda(
+                    ctx._ptr, n, spec.channels, base, base + step, params, base + 2 * step,
+                    base + 3 * step, handle_ptr, cooperative, wptr, nbytes, stream)
+            else:
+                status = c.cake_forward_cuda(
+                    ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), params,
+                    ys[0].data_ptr(), pools[0].data_ptr(), handle_ptr, cooperative, wptr,
+                    nbytes, stream)
+    if status:
+        ctx._raise(status)
+
+
+def _aligned_dy(dy):
+    # A contiguous view at an odd offset (a slice of a bigger gradient): a fresh copy is aligned.
+    if dy.is_cuda and dy.numel() and dy.data_ptr() % _ALIGN:
+        return dy.clone()
+    return dy
+
+
+def backward_impl(ctx, xs, ws, pools, dys, dxs, dws, cooperative, multi, params=None):
+    """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]) from the
+    contiguous bf16 dys, exchanging the future rows of dy once."""
+    n = len(xs)
+    spec = ctx._spec(xs)
+    x0 = xs[0]
+    c = ctx._lib.c
+    if not x0.is_cuda:
+        if multi:
+            arr = (_P * (6 * n))(*[t.data_ptr() for t in (*xs, *ws, *pools, *dys, *dxs, *dws)])
+            base = ctypes.addressof(arr)
+            step = n * _PSIZE
+            status = c.cake_backward_multi(ctx._ptr, n, spec.channels, base, base + step,
+                                           params, base + 2 * step, base + 3 * step,
+                                           base + 4 * step, base + 5 * step)
+        else:
+            status = c.cake_backward(ctx._ptr, spec.channel_list[0], x0.data_ptr(),
+                                     ws[0].data_ptr(), params, pools[0].data_ptr(),
+                                     dys[0].data_ptr(), dxs[0].data_ptr(), dws[0].data_ptr())
+    else:
+        dys = [_aligned_dy(dy) for dy in dys]
+        index = x0.get_device()
+        with _Cuda(index):
+            stream = torch._C._cuda_getCurrentRawStream(index)
+            workspace, nbytes = _workspace(ctx, spec, 1, x0.device)
+            wptr = workspace.data_ptr() if workspace is not None else None
+            if multi:
+                arr = (_P * (6 * n))(*[t.data_ptr() for t in
+                                       (*xs, *ws, *pools, *dys, *dxs, *dws)])
+                base = ctypes.addressof(arr)
+                step = n * _PSIZE
+                status = c.cake_backward_multi_cuda(
+                    ctx._ptr, n, spec.channels, base, base + step, params, base + 2 * step,
+                    base + 3 * step, base + 4 * step, base + 5 * step, cooperative, wptr,
+                    nbytes, stream)
+            else:
+                status = c.cake_backward_cuda(
+                    ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), params,
+                    pools[0].data_ptr(), dys[0].data_ptr(), dxs[0].data_ptr(),
+                    dws[0].data_ptr(), cooperative, wptr, nbytes, stream)
+    if status:
+        ctx._raise(status)
+
+
+# ---- torch.library ops (what torch.compile sees) ------------------------------------------------
+
+def _objects(ctx_token, handle_token, xs, ws, multi):
+    """The live context and handle of the tokens, and the checks the eager entry points make
+    on data pointers (which dynamo cannot trace): the library and alignment."""
+    from ._context import ContextDetKcp
+    from ._handle import RecomputeHandleDetKcp
+    ctx = _registry.lookup(ctx_token, ContextDetKcp, "ctx")
+    handle = None if handle_token is None else \
+        _registry.lookup(handle_token, RecomputeHandleDetKcp, "recompute_handle")
+    if xs and xs[0].is_cuda:
+        from ._checks import check_alignment, check_library_for
+        check_library_for(xs[0].device)
+        check_alignment(xs, ws, multi)
+    return ctx, handle
+
+
+@torch.library.custom_op("cake::conv_forward",
+                         mutates_args=("ys", "pools", "ctx_token", "handle_token"))
+def conv_forward(xs: List[torch.Tensor], weights: List[torch.Tensor],
+                 bias: List[Optional[torch.Tensor]], activation: str, ys: List[torch.Tensor],
+                 pools: List[torch.Tensor], ctx_token: torch.Tensor,
+                 handle_token: Optional[torch.Tensor], cooperative: int, multi: bool) -> None:
+    """Writes ys and the history pools of xs (see forward_impl)."""
+    params = _plain_params(bias, activation)
+    ctx, handle = _objects(ctx_token, handle_token, xs, weights, multi)
+    forward_impl(ctx, handle, xs, weights, ys, pools, cooperative, multi, params)
+
+
+@conv_forward.register_fake
+def _conv_forward_fake(xs, weights, bias, activation, ys, pools, ctx_token, handle_token,
+                       cooperative, multi):
+    return None
+
+
+@torch.library.custom_op("cake::conv_backward", mutates_args=("dxs", "dws", "dbias", "ctx_token"))
+def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
+                  bias: List[Optional[torch.Tensor]], activation: str,
+                  pools: List[torch.Tensor], dys: List[torch.Tensor], dxs: List[torch.Tensor],
+                  dws: List[torch.Tensor], dbias: List[torch.Tensor], ctx_token: torch.Tensor,
+                  cooperative: int, multi: bool) -> None:
+    """Writes dxs, dws (and with a bias dbias) from the contiguous dys (see backward_impl)."""
+    params = _plain_params(bias, activation)
+    ctx, _ = _objects(ctx_token, None, xs, weights, multi)
+    backward_impl(ctx, xs, weights, pools, dys, dxs, dws, cooperative, multi, params)
+
+
+@conv_backward.register_fake
+def _conv_backward_fake(xs, weights, bias, activation, pools, dys, dxs, dws, dbias, ctx_token,
+                        cooperative, multi):
+    return None
+
+
+# ---- autograd ---------------------------------------------------------------------------------
+
+def _prepare_dy(dy, x, index, multi):
+    if dy.dtype != _BF16 or dy.device != x.device:
+        name = f"grad of output {index}" if multi else "grad of the output"
+        if dy.dtype != _BF16:
+            raise TypeError(f"{name}: expected dtype torch.bfloat16, got {dy.dtype}")
+        raise ValueError(f"{name}: expected device {x.device}, got {dy.device}")
+    # Any strides (expanded, transposed, sliced): the C library reads contiguous rows.
+    if dy.shape != x.shape:
+        dy = dy.reshape(x.shape)
+    return dy.contiguous()
+
+
+class ConvFunction(torch.autograd.Function):
+    """apply(ctx, handle, cooperative, multi, *xs, *ws) -> tuple of len(xs) ys.
+
+    `cooperative` is the C enum (-1, 0, 1); xs and ws were checked by the entry point."""
+
+    @staticmethod
+    def forward(fctx, *args):
+        # One *args parameter, unpacked here: torch 2.6's dynamo binds named parameters that
+        # precede a *tensors parameter wrongly (shifted by one). The tensor count comes from
+        # len(), never from an int argument (which a traced forward may see as symbolic).
+        ctx, handle, cooperative, multi = args[:4]
+        tensors = args[4:]
+        n = len(tensors) // 2
+        xs, ws = tensors[:n], tensors[n:]
+        ys = [torch.empty_like(x) for x in xs]
+        rows = ctx.pool_rows
+        pools = [x.new_empty((rows, x.shape[-1])) for x in xs]
+        if _compiling():
+            torch.ops.cake.conv_forward(
+                list(xs), list(ws), [], "none", ys, pools, ctx._token,
+                handle._token if handle is not None else None, cooperative, multi)
+        else:
+            forward_impl(ctx, handle, xs, ws, ys, pools, cooperative, multi)
+        fctx.cake = (ctx, cooperative, multi, n)
+        fctx.save_for_backward(*xs, *ws, *pools)
+        return tuple(ys)
+
+    @staticmethod
+    def backward(fctx, *dys):
+        ctx, cooperative, multi, n = fctx.cake
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                f"{_entry_name(multi)}: double backward is not supported (a backward with "
+                f"create_graph=True reached it, e.g. a gradient penalty): its backward is not "
+                f"differentiable, and a second-order gradient through it would be wrong")
+        saved = fctx.saved_tensors
+        xs, ws, pools = saved[:n], saved[n:2 * n], saved[2 * n:]
+        dys = [_prepare_dy(dy, x, i, multi) for i, (dy, x) in enumerate(zip(dys, xs))]
+        dxs = [torch.empty_like(x) for x in xs]
+        dws = [torch.empty_like(w) for w in ws]
+        if _compiling():
+            torch.ops.cake.conv_backward(list(xs), list(ws), [], "none", list(pools), dys, dxs,
+                                         dws, [], ctx._token, cooperative, multi)
+        else:
+            backward_impl(ctx, xs, ws, pools, dys, dxs, dws, cooperative, multi)
+        need = fctx.needs_input_grad
+        grads = dxs + dws
+        return (None, None, None, None, *[g if need[4 + i] else None for i, g in enumerate(grads)])

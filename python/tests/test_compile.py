@@ -1,0 +1,189 @@
+"""torch.compile(fullgraph=True) of functions and modules calling the entry points: no graph
+break (torch._dynamo.explain), bitwise the eager results forward and backward, single and
+multi, with and without torch.utils.checkpoint and recompute handles; a new handle every step
+reuses the compiled graph; the compiled backward recomputes the forward from the handle, as
+eager checkpointing does (the same C calls, counted by ctx.stats())."""
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import cake
+from _problems import Problem, assert_bitwise, cuda_ready
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not cuda_ready(), reason="needs a CUDA device and libcake_cuda"))]
+MODES = ["plain", "checkpoint", "checkpoint+handle", "reentrant+handle"]
+COUNTED = ("forward_calls", "backward_calls", "forwards_from_handle", "exchanges")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def conv(multi, xs, ws, ctx, handles):
+    if multi:
+        return cake.cake_causal_conv1d_det_multi_kcp(
+            list(xs), list(ws), ctx, recompute_handle=handles[0] if handles else None)
+    return tuple(cake.cake_causal_conv1d_det_kcp(x, w, ctx, recompute_handle=h)
+                 for x, w, h in zip(xs, ws, handles or [None] * len(xs)))
+
+
+def make_step(multi, mode, n):
+    """A step: the convolution and an elementwise op whose bits no compiler can change
+    (relu, times 2), under checkpoint or not."""
+    def body(ctx, handles, *t):
+        ys = conv(multi, t[:n], t[n:], ctx, handles)
+        return tuple(torch.relu(y) * 2 for y in ys)
+
+    def step(ctx, handles, *t):
+        if mode == "plain":
+            return body(ctx, handles, *t)
+        return checkpoint(body, ctx, handles, *t, use_reentrant=mode.startswith("reentrant"))
+    return step
+
+
+def handles_for(multi, mode, n):
+    if not mode.endswith("handle"):
+        return None
+    return [cake.RecomputeHandleDetKcp() for _ in range(1 if multi else n)]
+
+
+def run(step, ctx, p, device, multi, mode):
+    """One forward and backward of `step` on fresh leaves: (outputs, dxs, dws, stats delta)."""
+    n = len(p.xs)
+    xs = [x.to(device).requires_grad_() for x in p.xs]
+    ws = [w.to(device).requires_grad_() for w in p.ws]
+    handles = handles_for(multi, mode, n)
+    before = ctx.stats()
+    outs = step(ctx, handles, *xs, *ws)
+    torch.autograd.backward(list(outs), [dy.to(device) for dy in p.dys])
+    after = ctx.stats()
+    for h in handles or []:
+        assert h.contains("conv")
+        h.close()
+    delta = {k: after[k] - before[k] for k in COUNTED}
+    return [o.detach() for o in outs], [x.grad for x in xs], [w.grad for w in ws], delta
+
+
+def assert_same(got, want, where):
+    for j, name in enumerate(("out", "dx", "dw")):
+        for i, (g, w) in enumerate(zip(got[j], want[j])):
+            assert_bitwise(f"{name}[{i}] {where}", g, w)
+
+
+@pytest.mark.parametrize("multi", [True, False])
+@pytest.mark.parametrize("mode", MODES)
+def test_no_graph_break(multi, mode):
+    p = Problem(7000 + MODES.index(mode), 1, max_tensors=3)
+    ctx = cake.ContextDetKcp(p.cu)
+    n = len(p.xs)
+    step = make_step(multi, mode, n)
+    xs = [x.clone().requires_grad_() for x in p.xs]
+    ws = [w.clone().requires_grad_() for w in p.ws]
+    explained = torch._dynamo.explain(step)(ctx, handles_for(multi, mode, n), *xs, *ws)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1, explained
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("multi", [True, False])
+@pytest.mark.parametrize("mode", MODES)
+def test_compiled_step_is_bitwise_eager(device, multi, mode):
+    p = Problem(7100 + 10 * MODES.index(mode) + multi, 1, max_rows=400, max_tensors=3)
+    ctx = cake.ContextDetKcp(p.cu)
+    n = len(p.xs)
+    step = make_step(multi, mode, n)
+    eager = run(step, ctx, p, device, multi, mode)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(step, fullgraph=True, backend=counter)
+    for k in range(3):  # new leaves and new handles every step: one compiled graph
+        got = run(compiled, ctx, p, device, multi, mode)
+        assert_same(got[:3], eager[:3], f"step {k}, {device}, multi={multi}, {mode}")
+        # the same C calls as eager: with a handle the compiled backward recomputes the
+        # forward from it (no exchange), as torch.utils.checkpoint does eagerly
+        assert got[3] == eager[3], (got[3], eager[3])
+    assert counter.frame_count == 1
+    calls = 1 if multi else n
+    expected_from_handle = calls if mode.endswith("handle") else 0
+    assert eager[3]["forwards_from_handle"] == expected_from_handle
+    assert eager[3]["forward_calls"] == calls * (1 if mode == "plain" else 2)
+    assert eager[3]["backward_calls"] == calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_module(device):
+    """An nn.Module with the three weights as Parameters, compiled whole."""
+    class QKVConv(torch.nn.Module):
+        def __init__(self, ws):
+            super().__init__()
+            self.ws = torch.nn.ParameterList([torch.nn.Parameter(w.clone()) for w in ws])
+
+        def forward(self, xs, ctx, handle):
+            ys = cake.cake_causal_conv1d_det_multi_kcp(xs, list(self.ws), ctx,
+                                                       recompute_handle=handle)
+            return torch.cat([y.float() for y in ys], dim=-1)
+
+    p = Problem(7200, 1, max_tensors=3)
+    ctx = cake.ContextDetKcp(p.cu)
+    eager_mod = QKVConv(p.ws).to(device)
+    compiled_mod = torch.compile(QKVConv(p.ws).to(device), fullgraph=True)
+    dy = torch.cat([dy.float() for dy in p.dys], dim=-1).to(device)
+    results = []
+    for mod in (eager_mod, compiled_mod, compiled_mod):
+        xs = [x.to(device).requires_grad_() for x in p.xs]
+        mod.zero_grad()
+        with cake.RecomputeHandleDetKcp() as handle:
+            out = checkpoint(mod, xs, ctx, handle, use_reentrant=False)
+            out.backward(dy)
+        results.append((out.detach(), [x.grad for x in xs], [w.grad.clone() for w in mod.ws]))
+    for got in results[1:]:
+        assert_bitwise("out", got[0], results[0][0])
+        for i in range(len(p.xs)):
+            assert_bitwise(f"dx[{i}]", got[1][i], results[0][1][i])
+            assert_bitwise(f"dw[{i}]", got[2][i], results[0][2][i])
+
+
+def test_compiled_calls_are_kept_and_ordered():
+    """Two identical calls are two calls (the ops declare their effects; nothing merges them),
+    and an unused output still runs its call: the C call counts equal eager's."""
+    p = Problem(7300, 1, max_tensors=1)
+    ctx = cake.ContextDetKcp(p.cu)
+
+    def fn(x, w):
+        a = cake.cake_causal_conv1d_det_kcp(x, w, ctx)
+        b = cake.cake_causal_conv1d_det_kcp(x, w, ctx)  # the same inputs
+        cake.cake_causal_conv1d_det_kcp(x, w, ctx)      # unused
+        return a, b
+
+    x, w = p.xs[0], p.ws[0]
+    before = ctx.stats()["forward_calls"]
+    eager = fn(x, w)
+    middle = ctx.stats()["forward_calls"]
+    compiled = torch.compile(fn, fullgraph=True)(x, w)
+    after = ctx.stats()["forward_calls"]
+    assert middle - before == 3 and after - middle == 3
+    for g, e in zip(compiled, eager):
+        assert_bitwise("y", g, e)
+
+
+def test_double_backward_raises():
+    """create_graph=True through the op (a gradient penalty) is refused, eagerly and under
+    checkpoint, naming the entry point."""
+    p = Problem(7400, 1, max_tensors=2)
+    ctx = cake.ContextDetKcp(p.cu)
+    x = p.xs[0].clone().requires_grad_()
+    w = p.ws[0].clone().requires_grad_()
+    y = cake.cake_causal_conv1d_det_kcp(x, w, ctx)
+    with pytest.raises(RuntimeError, match="cake_causal_conv1d_det_kcp: double backward is "
+                                           "not supported"):
+        torch.autograd.grad(y.float().square().sum(), [x, w], create_graph=True)
+    ys = cake.cake_causal_conv1d_det_multi_kcp([x], [w], ctx)
+    with pytest.raises(RuntimeError, match="cake_causal_conv1d_det_multi_kcp: double backward"):
+        torch.autograd.grad(ys[0].float().sum(), [w], create_graph=True)
+    # a plain backward afterwards still works (nothing was left half done)
+    y = cake.cake_causal_conv1d_det_kcp(x, w, ctx)
+    (gx,) = torch.autograd.grad(y.float().sum(), [x])
+    assert gx.shape == x.shape
