@@ -2,8 +2,11 @@
 """A small KDA-like block trained with context parallelism on CPU (gloo), under activation
 checkpointing, with cake's short convolutions; its losses are bitwise those of one process.
 
-    torchrun --nproc_per_node 2 examples/kda_block.py     # 2 ranks, compared with one process
-    python3 examples/kda_block.py --single                # the single-process run alone
+    python -m torch.distributed.run --standalone --nproc_per_node 2 examples/kda_block.py
+    python examples/kda_block.py --single        # the same batch and losses, in one process
+
+(`python` being the one torch and cake are installed for, for example the venv that
+`make test-python` makes: build-python/venv/bin/python.)
 
 The block: q, k, v projections of the packed tokens, cake's causal depthwise convolution of
 q, k and v (one call, one halo exchange per direction), SiLU, a row-local gated mix standing in
@@ -86,9 +89,10 @@ class KdaLikeBlock(torch.nn.Module):
         return BlockLinear.apply(mixed, self.out)
 
 
-def make_batch(total_rows, args):
+def make_batch(total_rows, args, solo):
     """A packed batch of variable-length sequences: cu_seqlens, inputs, and targets made by a
-    teacher block (so that there is something to learn)."""
+    teacher block (so that there is something to learn). `solo`: a one-process group (None
+    without torch.distributed), for the teacher's context over the whole batch."""
     g = torch.Generator().manual_seed(args.seed + 1)
     cu = [0]
     while cu[-1] < total_rows:
@@ -96,16 +100,18 @@ def make_batch(total_rows, args):
     x = torch.randn(total_rows, args.d_model, generator=g)
     teacher = KdaLikeBlock(args.d_model, args.channels, args.seed + 1000)
     with torch.no_grad():
-        target = teacher(x, ContextDetKcp(cu), None)
+        target = teacher(x, ContextDetKcp(cu, solo), None)
     return cu, x, target
 
 
-def train(args, group):
-    """Trains for args.steps steps; returns the losses (fp32 scalars, the same on every rank)."""
-    world = dist.get_world_size(group) if group is not None else 1
+def train(args, group, solo):
+    """Trains for args.steps steps on the batch of args.ranks ranks (args.rows_per_rank rows
+    each), over `group` (None: torch.distributed's default group, or one process without it);
+    returns the losses (fp32 scalars, the same on every rank)."""
     total_rows = args.rows_per_rank * args.ranks
-    cu, x, target = make_batch(total_rows, args)
+    cu, x, target = make_batch(total_rows, args, solo)
     ctx = ContextDetKcp(cu, group, partition="contiguous")
+    world = ctx.world_size
     rows = ctx.global_rows()
     x_local, target_local = x[rows].contiguous(), target[rows].contiguous()
     model = KdaLikeBlock(args.d_model, args.channels, args.seed)
@@ -127,7 +133,7 @@ def train(args, group):
         handle.close()
         with torch.no_grad():
             grads = [p.grad for p in model.parameters()]
-            if group is not None and world > 1:
+            if world > 1:
                 grads = [tree_sum(_gather(g, group)) for g in grads]
                 local = tree_sum(_gather(local.detach().reshape(1), group))[0]
             for p, g in zip(model.parameters(), grads):
@@ -136,7 +142,7 @@ def train(args, group):
         loss = local.detach() / total_rows
         losses.append(loss)
         if args.verbose:
-            print(f"[{'single' if group is None else f'rank {ctx.rank}'}] step {step + 1}: loss "
+            print(f"[{'single' if world == 1 else f'rank {ctx.rank}'}] step {step + 1}: loss "
                   f"{loss.item():.9g}  exchanges: forward {middle - before}, backward "
                   f"{after - middle} (recompute included)", flush=True)
     ctx.close()
@@ -158,7 +164,11 @@ def bitwise_expected(ranks, rows_per_rank):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--single", action="store_true",
-                        help="run in this process only, without torch.distributed")
+                        help="run in this process only, without torch.distributed, on the batch "
+                             "of a --world-size run (same losses)")
+    parser.add_argument("--world-size", type=int, default=2,
+                        help="with --single: the distributed run whose batch and losses to "
+                             "reproduce (default 2)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rows-per-rank", type=int, default=512,
                         help="tokens per rank (bitwise equality: 256 times a power of two)")
@@ -173,21 +183,24 @@ def main(argv=None):
     torch.set_num_threads(1)  # the same kernels in every process
     torch.manual_seed(args.seed)
 
-    distributed = not args.single and "RANK" in os.environ
-    if not distributed:
-        args.ranks, args.verbose = 1, True
-        losses = train(args, None)
+    if args.single or "RANK" not in os.environ:
+        args.ranks, args.verbose = args.world_size, True
+        losses = train(args, None, None)
         print("losses:", [f"{v:.9g}" for v in losses.tolist()])
         return 0
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    # A one-process group for the contexts over the whole batch (the teacher, the reference
+    # run): with torch.distributed initialised, group=None means the default group.
+    solo = dist.new_group([rank], use_local_synchronization=True)
     args.ranks, args.verbose = world, rank == 0
-    losses = train(args, dist.group.WORLD)
+    losses = train(args, None, solo)
     status = 0
     if rank == 0:
-        args.ranks, args.verbose = world, False  # the same batch, in this process alone
-        single = train(args, None)
+        print("losses:", [f"{v:.9g}" for v in losses.tolist()])
+        args.verbose = False  # the same batch, in this process alone
+        single = train(args, solo, solo)
         same = torch.equal(losses.view(torch.int32), single.view(torch.int32))
         print(f"single-process run: {[f'{v:.9g}' for v in single.tolist()]}")
         if bitwise_expected(world, args.rows_per_rank):
