@@ -56,14 +56,18 @@ bench: build
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) build-python
 
-# The PyTorch binding (python/cake): Debian's CPU torch and pytest in a venv of /usr/bin/python3
-# (scripts/install-python-deps.sh), the package built and installed by `pip install .`, its
-# tests. The CUDA tests skip without a GPU.
+# The PyTorch binding (python/cake): PyPI's torch (pinned) and pytest in a venv of
+# /usr/bin/python3 (scripts/install-python-deps.sh), the package built as a wheel and installed
+# from it (as `pip install .` does), its tests; CAKE_WHEEL lets them check pip installs beside
+# FlashInfer. The CUDA tests skip without a GPU.
 PY_VENV ?= build-python/venv
+PY_DIST ?= build-python/dist
 PYTEST_FLAGS ?= -q --durations=15
 
 .PHONY: test-python
 test-python:
 	@scripts/install-python-deps.sh $(PY_VENV)
-	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
-	env -u CAKE_LIBRARY $(PY_VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_FLAGS) python/tests
+	rm -rf $(PY_DIST)
+	$(PY_VENV)/bin/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(PY_DIST) .
+	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(PY_DIST)/cake-*.whl
+	env -u CAKE_LIBRARY CAKE_WHEEL="$$(ls $(PY_DIST)/cake-*.whl)" $(PY_VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_FLAGS) python/tests

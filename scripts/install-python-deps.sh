@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
 # What the Python binding's tests need, installed only when missing (idempotent):
-#   * a CPU torch: Debian bookworm's python3-torch, pinned, for /usr/bin/python3 (Debian's
-#     Python 3.11), with python3-venv and python3-pip, through apt-get (about 35 s on a fresh
-#     machine; PyPI's default torch wheel pulls about 3 GB of CUDA packages instead);
-#   * a virtual environment of /usr/bin/python3 that sees those system packages, with pytest
-#     pinned from PyPI.
+#   * Debian packages: python3-venv (a venv of /usr/bin/python3, Debian's Python 3.11),
+#     python3-dev and g++ (torch.compile's Inductor compiles C++ for the CPU tests);
+#   * a virtual environment of /usr/bin/python3 with PyPI's torch, pinned (the current release:
+#     the tests, torch.compile ones included, run on it; about 50 s to install, with the CUDA
+#     libraries PyPI's default Linux wheel brings), numpy and pytest.
+# cake supports torch >= 2.6; README.md lists the versions tested. Debian's own python3-torch
+# (1.13) is too old for torch.library custom ops and torch.compile and is not used.
 # Usage: scripts/install-python-deps.sh [VENV]   (default: build-python/venv)
-# Needs root (or sudo) when something is missing.
+#        TORCH_VERSION=2.6.0 scripts/install-python-deps.sh /tmp/venv-2.6   (another torch)
+# Needs root (or sudo) when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${1:-build-python/venv}
-TORCH_DEB=1.13.1+dfsg-4   # python3-torch in Debian 12 (bookworm)
+TORCH=${TORCH_VERSION:-2.15.0}
+NUMPY=2.4.6
 PYTEST=8.3.5
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-installed() { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | grep "install ok installed" | awk '{print $4}'; }
+installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
 missing=()
-[ "$(installed python3-torch)" = "$TORCH_DEB" ] || missing+=("python3-torch=$TORCH_DEB")
-for p in python3-venv python3-pip; do
-  [ -n "$(installed $p)" ] || missing+=("$p")
+for p in python3-venv python3-dev g++; do
+  installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-python-deps: installing ${missing[*]} (Debian)"
@@ -31,10 +34,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "install-python-deps: making $VENV (/usr/bin/python3, with the system packages)"
-  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  echo "install-python-deps: making $VENV (/usr/bin/python3)"
+  /usr/bin/python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import pytest, sys; sys.exit(pytest.__version__ != '$PYTEST')" 2>/dev/null; then
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pytest==$PYTEST"
+have() {  # have MODULE VERSION: the venv imports MODULE at exactly VERSION (a local tag aside)
+  "$VENV/bin/python" -c "import sys, $1; sys.exit($1.__version__.split('+')[0] != '$2')" 2>/dev/null
+}
+want=()
+have torch "$TORCH" || want+=("torch==$TORCH")
+have numpy "$NUMPY" || want+=("numpy==$NUMPY")
+have pytest "$PYTEST" || want+=("pytest==$PYTEST")
+if [ ${#want[@]} -gt 0 ]; then
+  echo "install-python-deps: pip install ${want[*]} (PyPI, into $VENV)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${want[@]}"
 fi
 "$VENV/bin/python" -c "import sys, torch, torch.distributed as d; assert d.is_available() and d.is_gloo_available(); print('install-python-deps: Python', sys.version.split()[0], 'torch', torch.__version__, 'in', sys.prefix)"
