@@ -10,12 +10,21 @@
 uint16_t ref_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, set the quiet bit */
-        return (uint16_t)((u >> 16) | 0x0040u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN, any sign or payload: the canonical NaN */
+        return REF_BF16_NAN;
     /* Round to nearest, ties to even, on the 16 dropped bits; a carry into the exponent is the
      * correct next binade, and out of the largest finite value gives infinity. */
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+float ref_f32_canonical(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u = REF_F32_NAN;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 float ref_bf16_to_f32(uint16_t b) {
@@ -69,6 +78,10 @@ static float tree_sum(const float *p, int64_t a, int64_t b) {
     return left + right;
 }
 
+float ref_tree_sum(const float *p, int64_t n) {
+    return tree_sum(p, 0, n);
+}
+
 void ref_dw(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x, const uint16_t *dy,
             const int64_t *l2g, int64_t S, float *dw) {
     int64_t T = cu[num_seqs], nb = (S + REF_BLOCK - 1) / REF_BLOCK;
@@ -94,7 +107,7 @@ void ref_dw(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x, c
                 }
                 p[b] = acc;
             }
-            dw[c * 4 + k] = nb ? tree_sum(p, 0, nb) : 0.0f;
+            dw[c * 4 + k] = nb ? ref_f32_canonical(tree_sum(p, 0, nb)) : 0.0f;
         }
     free(s0);
     free(s1);

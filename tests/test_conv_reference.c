@@ -1,7 +1,9 @@
-/* The CPU kernels against the independent reference (reference.c), bitwise: y, dx and dw on random
- * data, random cu_seqlens (empty and length-1 sequences), random partitions of every kind, every
- * rank (each fed history/future rows taken from the global data). Also a few hand-worked values
- * that pin the reference itself (tap order, rounding, the dw tree). */
+/* The CPU kernels against the independent reference (reference.c, reference_bias_silu.c),
+ * bitwise: y, dx, dw and dbias on random data, random cu_seqlens (empty and length-1 sequences),
+ * random partitions of every kind, every rank (each fed history/future rows taken from the
+ * global data), each trial in one of the four variants (plain, bias, SiLU, bias + SiLU). Also a
+ * few hand-worked values that pin the reference itself (tap order, rounding, canonical NaN, the
+ * dw tree). */
 #include "test_util.h"
 
 #include <inttypes.h>
@@ -31,8 +33,12 @@ static void test_reference_rounding(void **state) {
         {0x00018000, 0x0002}, /* subnormal tie, to even (up): no flush to zero */
         {0x00010000, 0x0001}, /* smallest bf16 subnormal, exact */
         {0x80008000, 0x8000}, /* -0 side tie: to even (-0) */
-        {0x7f800001, 0x7fc0}, /* signalling NaN with low payload: quiet NaN, not inf */
-        {0xff812345, 0xffc1}, /* negative NaN keeps its sign */
+        {0x7f800001, 0x7fc0}, /* signalling NaN with low payload: the NaN, not inf */
+        {0xff812345, 0x7fc0}, /* negative NaN with payload: the canonical NaN (SPEC 3) */
+        {0xffc00000, 0x7fc0}, /* -NaN */
+        {0x7fffffff, 0x7fc0}, /* all payload bits */
+        {0x7fc10000, 0x7fc0}, /* quiet NaN with a bf16-visible payload */
+        {0xff800000, 0xff80}, /* -inf stays -inf */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         float f;
@@ -40,6 +46,19 @@ static void test_reference_rounding(void **state) {
         uint16_t got = ref_f32_to_bf16(f);
         TU_CHECK(got == cases[i].out, "bf16(0x%08x) = 0x%04x, want 0x%04x", (unsigned)cases[i].in,
                  got, cases[i].out);
+    }
+    /* fp32 outputs: NaN becomes 0x7FC00000, everything else (infinities too) is kept */
+    static const uint32_t in32[] = {0x7f800001u, 0xffc00000u, 0xffffffffu, 0x7fc00001u,
+                                    0x7f800000u, 0xff800000u, 0x80000000u, 0x00000001u};
+    for (size_t i = 0; i < sizeof in32 / sizeof in32[0]; i++) {
+        float f, g;
+        uint32_t out;
+        memcpy(&f, &in32[i], 4);
+        g = ref_f32_canonical(f);
+        memcpy(&out, &g, 4);
+        uint32_t want = (in32[i] & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : in32[i];
+        TU_CHECK(out == want, "canonical(0x%08x) = 0x%08x, want 0x%08x", (unsigned)in32[i],
+                 (unsigned)out, (unsigned)want);
     }
 }
 
@@ -123,12 +142,14 @@ static void test_hand_tree(void **state) {
     free(l2g);
 }
 
+/* A random problem in variant `variant` (tu_variant_name). */
 static void random_problem(tu_rng *r, tu_problem *pb, int64_t **cu, int64_t max_seqs,
-                           int64_t max_len, int64_t max_c, tu_profile prof) {
+                           int64_t max_len, int64_t max_c, tu_profile prof, int variant) {
     int64_t ns = tu_random_cu(r, max_seqs, max_len, cu), C[TU_MAX_TENSORS];
     int n = (int)tu_range(r, 1, 3);
     tu_random_channels(r, n, max_c, C);
     tu_problem_init(pb, r, prof, *cu, ns, n, C);
+    tu_problem_set_params(pb, r, prof, tu_variant_bias(variant), tu_variant_activation(variant));
 }
 
 /* P = 1 through the single-rank entry points. */
@@ -141,10 +162,11 @@ static void test_single_rank(void **state) {
         tu_problem pb;
         tu_ref ref;
         tu_rank_out o;
-        random_problem(&r, &pb, &cu, 12, trial % 4 == 0 ? 400 : 60, 64,
-                       trial % 3 == 0 ? TU_WIDE : TU_MODERATE);
-        tu_set_ctx("single rank trial %d: T=%" PRId64 ", %" PRId64 " seqs, %d tensors", trial,
-                   pb.T, pb.num_seqs, pb.n);
+        static const tu_profile profs[] = {TU_WIDE, TU_MODERATE, TU_NARROW};
+        random_problem(&r, &pb, &cu, 12, trial % 4 == 0 ? 400 : 60, 64, profs[trial % 3],
+                       (trial / 3) % TU_VARIANTS);
+        tu_set_ctx("single rank trial %d (%s): T=%" PRId64 ", %" PRId64 " seqs, %d tensors", trial,
+                   tu_variant_name[tu_problem_variant(&pb)], pb.T, pb.num_seqs, pb.n);
         int64_t *l2g = tu_malloc((size_t)pb.T * sizeof *l2g);
         for (int64_t t = 0; t < pb.T; t++)
             l2g[t] = t;
@@ -183,13 +205,16 @@ static void test_partitions(void **state) {
         int64_t *cu;
         tu_problem pb;
         tu_partition tp;
+        /* every kind in every variant: kind = trial % 4, variant = (trial / 4) % 4 */
         random_problem(&r, &pb, &cu, 10, trial % 5 == 0 ? 6 : 60, 48,
-                       trial % 4 == 0 ? TU_WIDE : TU_MODERATE);
+                       trial % 7 == 0 ? TU_WIDE : trial % 3 == 0 ? TU_NARROW : TU_MODERATE,
+                       (trial / TU_KIND_COUNT) % TU_VARIANTS);
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
         int P = (int)tu_range(&r, 1, 8);
         int64_t max_chunk = trial % 3 == 0 ? 2 : tu_range(&r, 1, 40);
-        tu_set_ctx("partition trial %d: %s P=%d, T=%" PRId64 ", %" PRId64 " seqs, %d tensors",
-                   trial, tu_kind_name[kind], P, pb.T, pb.num_seqs, pb.n);
+        tu_set_ctx("partition trial %d (%s): %s P=%d, T=%" PRId64 ", %" PRId64 " seqs, %d tensors",
+                   trial, tu_variant_name[tu_problem_variant(&pb)], tu_kind_name[kind], P, pb.T,
+                   pb.num_seqs, pb.n);
         TU_OK(tu_partition_make(&tp, &r, kind, P, cu, pb.num_seqs, max_chunk));
         run_partition_trial(&pb, &tp);
         tu_partition_free(&tp);
@@ -226,10 +251,13 @@ static void test_block_edges(void **state) {
             cu[ns + 1] = T;
             ns++;
         }
-        tu_set_ctx("block edges trial %d: T=%" PRId64 ", %" PRId64 " seqs", trial, T, ns);
         tu_problem pb;
         tu_partition tp;
         tu_problem_init(&pb, &r, TU_MODERATE, cu, ns, 1, C);
+        tu_problem_set_params(&pb, &r, TU_MODERATE, tu_variant_bias(trial),
+                              tu_variant_activation(trial)); /* each variant once */
+        tu_set_ctx("block edges trial %d (%s): T=%" PRId64 ", %" PRId64 " seqs", trial,
+                   tu_variant_name[trial], T, ns);
         TU_OK(tu_partition_explicit(&tp, cu, ns, P, counts, ranges));
         run_partition_trial(&pb, &tp);
         tu_partition_free(&tp);
@@ -250,6 +278,9 @@ static void test_many_blocks(void **state) {
         tu_problem pb;
         tu_ref ref;
         tu_problem_init(&pb, &r, TU_MODERATE, cu, 5, trial == 1 ? 1 : 2, C);
+        const int variant = 3 - trial; /* bias + SiLU, SiLU, bias */
+        tu_problem_set_params(&pb, &r, TU_NARROW, tu_variant_bias(variant),
+                              tu_variant_activation(variant));
         tu_ref_compute(&ref, &pb);
         int64_t *l2g = tu_malloc((size_t)T * sizeof *l2g);
         for (int64_t t = 0; t < T; t++)
@@ -257,7 +288,8 @@ static void test_many_blocks(void **state) {
         for (int j = 0; j < 4; j++) {
             cake_cpu_options opt = {threads[j], CAKE_CPU_ISA_AUTO};
             tu_rank_out o;
-            tu_set_ctx("many blocks trial %d: T=%" PRId64 ", threads %d", trial, T, threads[j]);
+            tu_set_ctx("many blocks trial %d (%s): T=%" PRId64 ", threads %d", trial,
+                       tu_variant_name[variant], T, threads[j]);
             TU_OK(tu_run_single(&pb, &opt, &o));
             TU_CHECK(tu_check_rank("single rank", &pb, &ref, l2g, &o, 0) == 0, "mismatch");
             tu_rank_out_free(&o);
@@ -271,8 +303,8 @@ static void test_many_blocks(void **state) {
             for (int j = 0; j < 4; j += 3) {
                 cake_cpu_options opt = {threads[j], CAKE_CPU_ISA_AUTO};
                 tu_rank_out o;
-                tu_set_ctx("many blocks trial %d: T=%" PRId64 ", rank %d, threads %d", trial, T, k,
-                           threads[j]);
+                tu_set_ctx("many blocks trial %d (%s): T=%" PRId64 ", rank %d, threads %d", trial,
+                           tu_variant_name[variant], T, k, threads[j]);
                 TU_OK(tu_run_rank(&pb, &tp, k, &opt, 0, &o));
                 TU_CHECK(tu_check_rank("rank", &pb, &ref, tp.l2g[k], &o, 0) == 0, "mismatch");
                 tu_rank_out_free(&o);

@@ -1,6 +1,7 @@
 /* Properties of SPEC 3 that must hold bitwise: thread counts, ISA paths, multi vs single calls,
- * partition invariance of y and dx, NaN/inf propagation, empty ranks, C = 8, mixed C in one call,
- * fragments of 1 and 2 rows. */
+ * partition invariance of y and dx, NaN/inf propagation (canonical NaN), empty ranks, C = 8,
+ * mixed C in one call, fragments of 1 and 2 rows; each over the four variants (plain, bias, SiLU,
+ * bias + SiLU), dbias included. */
 #include "test_util.h"
 
 #include <inttypes.h>
@@ -11,26 +12,24 @@
 
 #include "reference.h"
 
-/* Bitwise equality of two runs; returns the number of mismatching arrays. */
 static int compare_outs(const char *label, const tu_rank_out *a, const tu_rank_out *b) {
-    int bad = 0;
-    char what[128];
-    for (int i = 0; i < a->n; i++) {
-        snprintf(what, sizeof what, "%s: y[%d]", label, i);
-        bad += tu_diff_bf16(what, a->y[i], b->y[i], a->S, a->C[i]);
-        snprintf(what, sizeof what, "%s: dx[%d]", label, i);
-        bad += tu_diff_bf16(what, a->dx[i], b->dx[i], a->S, a->C[i]);
-        snprintf(what, sizeof what, "%s: dw[%d]", label, i);
-        bad += tu_diff_f32(what, a->dw[i], b->dw[i], a->C[i], 4);
-    }
-    return bad;
+    return tu_compare_outs(label, a, b);
 }
 
+/* A random problem in `variant` (tu_variant_name). */
 static void random_problem(tu_rng *r, tu_problem *pb, int64_t **cu, int64_t max_seqs,
-                           int64_t max_len, int n, int64_t max_c) {
+                           int64_t max_len, int n, int64_t max_c, int variant) {
     int64_t C[TU_MAX_TENSORS], ns = tu_random_cu(r, max_seqs, max_len, cu);
     tu_random_channels(r, n, max_c, C);
     tu_problem_init(pb, r, TU_MODERATE, *cu, ns, n, C);
+    tu_problem_set_params(pb, r, TU_MODERATE, tu_variant_bias(variant),
+                          tu_variant_activation(variant));
+}
+
+/* Trial t of a test whose partition kind is t % 4: a variant that visits every (kind, variant)
+ * pair in 16 trials. */
+static int variant_of_trial(int trial) {
+    return (trial + trial / TU_KIND_COUNT) % TU_VARIANTS;
 }
 
 /* The same inputs under several option sets give the same bits, on every rank of a partition and
@@ -41,15 +40,25 @@ static void check_options_agree(tu_rng *r, const cake_cpu_options *opts, int nop
         int64_t *cu;
         tu_problem pb;
         tu_partition tp;
-        random_problem(r, &pb, &cu, 8, trial % 2 ? 900 : 60, (int)tu_range(r, 1, 3), 64);
+        random_problem(r, &pb, &cu, 8, trial % 2 ? 900 : 60, (int)tu_range(r, 1, 3), 64,
+                       variant_of_trial(trial));
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
         int P = (int)tu_range(r, 1, 4);
-        tu_set_ctx("%s trial %d: %s P=%d, T=%" PRId64, what, trial, tu_kind_name[kind], P, pb.T);
+        tu_set_ctx("%s trial %d (%s): %s P=%d, T=%" PRId64, what, trial,
+                   tu_variant_name[tu_problem_variant(&pb)], tu_kind_name[kind], P, pb.T);
         TU_OK(tu_partition_make(&tp, r, kind, P, cu, pb.num_seqs, tu_range(r, 1, 600)));
+        tu_ref ref;
+        tu_ref_compute(&ref, &pb);
+        int64_t *iota = tu_malloc((size_t)pb.T * sizeof *iota);
+        for (int64_t t = 0; t < pb.T; t++)
+            iota[t] = t;
         for (int k = -1; k < P; k++) { /* -1: single-rank entry points */
             tu_rank_out base, o;
             TU_OK(k < 0 ? tu_run_single(&pb, &opts[0], &base)
                         : tu_run_rank(&pb, &tp, k, &opts[0], 0, &base));
+            TU_CHECK(tu_check_rank("baseline vs reference", &pb, &ref, k < 0 ? iota : tp.l2g[k],
+                                   &base, 0) == 0,
+                     "rank %d: baseline differs from the reference", k);
             for (int j = 1; j < nopts; j++) {
                 char label[96];
                 snprintf(label, sizeof label, "rank %d, threads %d isa %d vs threads %d isa %d", k,
@@ -62,6 +71,8 @@ static void check_options_agree(tu_rng *r, const cake_cpu_options *opts, int nop
             }
             tu_rank_out_free(&base);
         }
+        free(iota);
+        tu_ref_free(&ref);
         tu_partition_free(&tp);
         tu_problem_free(&pb);
         free(cu);
@@ -76,7 +87,7 @@ static void test_thread_counts(void **state) {
                                      {2, CAKE_CPU_ISA_AUTO},
                                      {7, CAKE_CPU_ISA_AUTO},
                                      {0, CAKE_CPU_ISA_AUTO}};
-    check_options_agree(&r, opts, 4, 12, "thread counts");
+    check_options_agree(&r, opts, 4, 16, "thread counts");
 }
 
 static void test_isa_paths(void **state) {
@@ -109,7 +120,7 @@ static void test_isa_paths(void **state) {
                      cake_status_string(st));
         }
     }
-    check_options_agree(&r, opts, n, 12, "isa paths");
+    check_options_agree(&r, opts, n, 16, "isa paths");
 }
 
 /* A problem that is tensor i of pb alone. */
@@ -120,6 +131,7 @@ static tu_problem one_tensor(const tu_problem *pb, int i) {
     q.x[0] = pb->x[i];
     q.dy[0] = pb->dy[i];
     q.w[0] = pb->w[i];
+    q.bias[0] = pb->bias[i];
     return q;
 }
 
@@ -127,15 +139,16 @@ static void test_multi_equals_single(void **state) {
     (void)state;
     tu_rng r;
     tu_rng_init(&r, 403);
-    for (int trial = 0; trial < 20; trial++) {
+    for (int trial = 0; trial < 24; trial++) {
         int64_t *cu;
         tu_problem pb;
         tu_partition tp;
-        random_problem(&r, &pb, &cu, 8, trial % 3 ? 80 : 700, (int)tu_range(&r, 2, 4), 72);
+        random_problem(&r, &pb, &cu, 8, trial % 3 ? 80 : 700, (int)tu_range(&r, 2, 4), 72,
+                       variant_of_trial(trial));
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
         int P = (int)tu_range(&r, 1, 5);
-        tu_set_ctx("multi vs single trial %d: %s P=%d, T=%" PRId64 ", %d tensors", trial,
-                   tu_kind_name[kind], P, pb.T, pb.n);
+        tu_set_ctx("multi vs single trial %d (%s): %s P=%d, T=%" PRId64 ", %d tensors", trial,
+                   tu_variant_name[tu_problem_variant(&pb)], tu_kind_name[kind], P, pb.T, pb.n);
         TU_OK(tu_partition_make(&tp, &r, kind, P, cu, pb.num_seqs, tu_range(&r, 1, 50)));
         for (int k = 0; k < P; k++) {
             tu_rank_out multi, single;
@@ -152,12 +165,13 @@ static void test_multi_equals_single(void **state) {
             tu_problem q = one_tensor(&pb, i);
             tu_rank_out single;
             TU_OK(tu_run_single(&q, NULL, &single));
-            TU_CHECK(tu_diff_bf16("single-rank y", single.y[0], multi.y[i], pb.T, pb.C[i]) +
-                             tu_diff_bf16("single-rank dx", single.dx[0], multi.dx[i], pb.T,
-                                          pb.C[i]) +
-                             tu_diff_f32("single-rank dw", single.dw[0], multi.dw[i], pb.C[i], 4) ==
-                         0,
-                     "tensor %d differs", i);
+            int bad = tu_diff_bf16("single-rank y", single.y[0], multi.y[i], pb.T, pb.C[i]) +
+                      tu_diff_bf16("single-rank dx", single.dx[0], multi.dx[i], pb.T, pb.C[i]) +
+                      tu_diff_f32("single-rank dw", single.dw[0], multi.dw[i], pb.C[i], 4);
+            if (pb.with_bias)
+                bad += tu_diff_f32("single-rank dbias", single.dbias[0], multi.dbias[i], 1,
+                                   pb.C[i]);
+            TU_CHECK(bad == 0, "tensor %d differs", i);
             tu_rank_out_free(&single);
         }
         tu_rank_out_free(&multi);
@@ -167,8 +181,8 @@ static void test_multi_equals_single(void **state) {
     }
 }
 
-/* y and dx of every partition equal the P = 1 result; dw of a one-rank partition with its rows in
- * global order equals the single-rank dw (same rows, same order). */
+/* y and dx of every partition equal the P = 1 result; dw and dbias of a one-rank partition with
+ * its rows in global order equal the single-rank ones (same rows, same order). */
 static void test_partition_invariance(void **state) {
     (void)state;
     tu_rng r;
@@ -177,14 +191,16 @@ static void test_partition_invariance(void **state) {
     for (int trial = 0; trial < 16; trial++) {
         int64_t *cu;
         tu_problem pb;
-        random_problem(&r, &pb, &cu, 10, trial % 2 ? 300 : 40, (int)tu_range(&r, 1, 2), 40);
+        random_problem(&r, &pb, &cu, 10, trial % 2 ? 300 : 40, (int)tu_range(&r, 1, 2), 40,
+                       (trial / 2) % TU_VARIANTS);
+        const char *vname = tu_variant_name[tu_problem_variant(&pb)];
         tu_rank_out whole;
-        tu_set_ctx("partition invariance trial %d: T=%" PRId64, trial, pb.T);
+        tu_set_ctx("partition invariance trial %d (%s): T=%" PRId64, trial, vname, pb.T);
         TU_OK(tu_run_single(&pb, NULL, &whole));
         for (int kind = 0; kind < TU_KIND_COUNT; kind++)
             for (size_t pi = 0; pi < sizeof Ps / sizeof Ps[0]; pi++) {
                 tu_partition tp;
-                tu_set_ctx("partition invariance trial %d: %s P=%d, T=%" PRId64, trial,
+                tu_set_ctx("partition invariance trial %d (%s): %s P=%d, T=%" PRId64, trial, vname,
                            tu_kind_name[kind], Ps[pi], pb.T);
                 TU_OK(tu_partition_make(&tp, &r, (tu_kind)kind, Ps[pi], cu, pb.num_seqs,
                                         tu_range(&r, 1, 12)));
@@ -198,9 +214,14 @@ static void test_partition_invariance(void **state) {
                         TU_CHECK(tu_diff_bf16("y vs P=1", o.y[i], want, S, C) == 0, "rank %d", k);
                         tu_gather(whole.dx[i], C, tp.l2g[k], S, want);
                         TU_CHECK(tu_diff_bf16("dx vs P=1", o.dx[i], want, S, C) == 0, "rank %d", k);
-                        if (kind != TU_RANGES && tp.P == 1)
+                        if (kind != TU_RANGES && tp.P == 1) {
                             TU_CHECK(tu_diff_f32("dw vs P=1", o.dw[i], whole.dw[i], C, 4) == 0,
                                      "one-rank partition dw");
+                            if (pb.with_bias)
+                                TU_CHECK(tu_diff_f32("dbias vs P=1", o.dbias[i], whole.dbias[i],
+                                                     1, C) == 0,
+                                         "one-rank partition dbias");
+                        }
                         free(want);
                     }
                     tu_rank_out_free(&o);
@@ -214,7 +235,7 @@ static void test_partition_invariance(void **state) {
 }
 
 /* Compare every rank of a partition (and the single-rank entry points) with the reference. */
-static void check_against_reference(const tu_problem *pb, tu_partition *tp, int nan_equal) {
+static void check_against_reference(const tu_problem *pb, tu_partition *tp) {
     tu_ref ref;
     tu_ref_compute(&ref, pb);
     int64_t *l2g = tu_malloc((size_t)pb->T * sizeof *l2g);
@@ -222,13 +243,13 @@ static void check_against_reference(const tu_problem *pb, tu_partition *tp, int 
         l2g[t] = t;
     tu_rank_out o;
     TU_OK(tu_run_single(pb, NULL, &o));
-    TU_CHECK(tu_check_rank("single rank", pb, &ref, l2g, &o, nan_equal) == 0, "mismatch");
+    TU_CHECK(tu_check_rank("single rank", pb, &ref, l2g, &o, 0) == 0, "mismatch");
     tu_rank_out_free(&o);
     for (int k = 0; tp && k < tp->P; k++) {
         char label[64];
         snprintf(label, sizeof label, "rank %d of %d", k, tp->P);
         TU_OK(tu_run_rank(pb, tp, k, NULL, 0, &o));
-        TU_CHECK(tu_check_rank(label, pb, &ref, tp->l2g[k], &o, nan_equal) == 0, "mismatch");
+        TU_CHECK(tu_check_rank(label, pb, &ref, tp->l2g[k], &o, 0) == 0, "mismatch");
         tu_rank_out_free(&o);
     }
     free(l2g);
@@ -244,11 +265,12 @@ static void test_tiny_fragments(void **state) {
         int64_t *cu;
         tu_problem pb;
         tu_partition tp;
-        random_problem(&r, &pb, &cu, 6, 30, (int)tu_range(&r, 1, 2), 32);
+        random_problem(&r, &pb, &cu, 6, 30, (int)tu_range(&r, 1, 2), 32, trial % TU_VARIANTS);
         int P = (int)tu_range(&r, 2, 6);
-        tu_set_ctx("tiny fragments trial %d: P=%d, T=%" PRId64, trial, P, pb.T);
-        TU_OK(tu_partition_make(&tp, &r, TU_RANGES, P, cu, pb.num_seqs, 1 + trial % 2));
-        check_against_reference(&pb, &tp, 0);
+        tu_set_ctx("tiny fragments trial %d (%s): P=%d, T=%" PRId64, trial,
+                   tu_variant_name[trial % TU_VARIANTS], P, pb.T);
+        TU_OK(tu_partition_make(&tp, &r, TU_RANGES, P, cu, pb.num_seqs, 1 + (trial / 4) % 3));
+        check_against_reference(&pb, &tp);
         tu_partition_free(&tp);
         tu_problem_free(&pb);
         free(cu);
@@ -265,10 +287,13 @@ static void test_c8(void **state) {
         tu_partition tp;
         int64_t ns = tu_random_cu(&r, 10, 300, &cu);
         tu_problem_init(&pb, &r, TU_MODERATE, cu, ns, 1, C);
+        tu_problem_set_params(&pb, &r, TU_MODERATE, tu_variant_bias(variant_of_trial(trial)),
+                              tu_variant_activation(variant_of_trial(trial)));
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
-        tu_set_ctx("C = 8 trial %d: %s, T=%" PRId64, trial, tu_kind_name[kind], pb.T);
+        tu_set_ctx("C = 8 trial %d (%s): %s, T=%" PRId64, trial,
+                   tu_variant_name[variant_of_trial(trial)], tu_kind_name[kind], pb.T);
         TU_OK(tu_partition_make(&tp, &r, kind, (int)tu_range(&r, 1, 4), cu, ns, tu_range(&r, 1, 9)));
-        check_against_reference(&pb, &tp, 0);
+        check_against_reference(&pb, &tp);
         tu_partition_free(&tp);
         tu_problem_free(&pb);
         free(cu);
@@ -286,10 +311,13 @@ static void test_mixed_channels(void **state) {
         tu_partition tp;
         int64_t ns = tu_random_cu(&r, 10, 200, &cu);
         tu_problem_init(&pb, &r, TU_MODERATE, cu, ns, 5, C);
+        tu_problem_set_params(&pb, &r, TU_MODERATE, tu_variant_bias(variant_of_trial(trial)),
+                              tu_variant_activation(variant_of_trial(trial)));
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
-        tu_set_ctx("mixed C trial %d: %s, T=%" PRId64, trial, tu_kind_name[kind], pb.T);
+        tu_set_ctx("mixed C trial %d (%s): %s, T=%" PRId64, trial,
+                   tu_variant_name[variant_of_trial(trial)], tu_kind_name[kind], pb.T);
         TU_OK(tu_partition_make(&tp, &r, kind, (int)tu_range(&r, 1, 4), cu, ns, tu_range(&r, 1, 9)));
-        check_against_reference(&pb, &tp, 0);
+        check_against_reference(&pb, &tp);
         tu_partition_free(&tp);
         tu_problem_free(&pb);
         free(cu);
@@ -309,15 +337,17 @@ static void expect_class(const char *what, int64_t row, int64_t col, float v, in
              what, row, col, (double)v, class_of(v), want);
 }
 
-/* Every NaN the library writes is a quiet NaN. */
-static void expect_quiet(const tu_rank_out *o) {
-    for (int i = 0; i < o->n; i++)
-        for (int64_t e = 0; e < o->S * o->C[i]; e++) {
-            TU_CHECK(!tu_bf16_isnan(o->y[i][e]) || (o->y[i][e] & 0x40), "y NaN 0x%04x not quiet",
-                     o->y[i][e]);
-            TU_CHECK(!tu_bf16_isnan(o->dx[i][e]) || (o->dx[i][e] & 0x40),
-                     "dx NaN 0x%04x not quiet", o->dx[i][e]);
-        }
+/* Every NaN the library writes is the canonical NaN (SPEC 3): 0x7FC0 in y and dx, 0x7FC00000 in
+ * dw and dbias. */
+static void expect_canonical(const tu_rank_out *o) {
+    for (int i = 0; i < o->n; i++) {
+        TU_CHECK(tu_check_canonical_bf16("y", o->y[i], o->S, o->C[i]) == 0, "y[%d]", i);
+        TU_CHECK(tu_check_canonical_bf16("dx", o->dx[i], o->S, o->C[i]) == 0, "dx[%d]", i);
+        TU_CHECK(tu_check_canonical_f32("dw", o->dw[i], o->C[i], 4) == 0, "dw[%d]", i);
+        if (o->dbias[i])
+            TU_CHECK(tu_check_canonical_f32("dbias", o->dbias[i], 1, o->C[i]) == 0, "dbias[%d]",
+                     i);
+    }
 }
 
 /* Two sequences [0, 8) and [8, 16), C = 8, x = dy = 1 except for the NaN/inf planted below; the
@@ -372,7 +402,8 @@ static void test_nan_inf_hand(void **state) {
     };
     static const char dwcls[8][5] = {"NNNN", "++++", "????", "????", "????", "NNNN", "f+++", "N---"};
 
-    tu_problem pb = {cu, 2, T, 1, {C}, {x}, {dy}, {w}};
+    tu_problem pb = {.cu = cu, .num_seqs = 2, .T = T, .n = 1, .C = {C}, .x = {x}, .dy = {dy},
+                     .w = {w}};
     tu_rank_out o;
     TU_OK(tu_run_single(&pb, NULL, &o));
     for (int c = 0; c < C; c++) {
@@ -384,7 +415,7 @@ static void test_nan_inf_hand(void **state) {
             if (dwcls[c][k] != '?')
                 expect_class("dw", c, k, o.dw[0][c * 4 + k], dwcls[c][k]);
     }
-    expect_quiet(&o);
+    expect_canonical(&o);
     tu_rank_out_free(&o);
 
     /* the same through a partition of 1-2 row fragments, and everything against the reference */
@@ -393,23 +424,25 @@ static void test_nan_inf_hand(void **state) {
     for (int trial = 0; trial < 6; trial++) {
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, cu, 2, 2));
-        check_against_reference(&pb, &tp, 1);
+        check_against_reference(&pb, &tp);
         tu_partition_free(&tp);
     }
 }
 
-/* NaN (quiet and signalling, either sign) and infinities planted at random in x, dy and w: every
- * non-NaN result bitwise equal to the reference, NaN exactly where the reference has NaN. */
+/* NaN (quiet and signalling, either sign, several payloads) and infinities planted at random in
+ * x, dy, w and the bias, in every variant: every result bitwise equal to the reference (NaN as
+ * the canonical NaN), on every rank and on every ISA path. */
 static void test_nan_inf_random(void **state) {
     (void)state;
     tu_rng r;
     tu_rng_init(&r, 409);
     const cake_bf16 specials[] = {0x7fc0, 0xffc0, 0x7f81, 0xff85, 0x7fff, 0x7f80, 0xff80};
-    for (int trial = 0; trial < 60; trial++) {
+    const uint32_t special32[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u};
+    for (int trial = 0; trial < 64; trial++) {
         int64_t *cu;
         tu_problem pb;
         tu_partition tp;
-        random_problem(&r, &pb, &cu, 8, 60, (int)tu_range(&r, 1, 2), 24);
+        random_problem(&r, &pb, &cu, 8, 60, (int)tu_range(&r, 1, 2), 24, variant_of_trial(trial));
         for (int i = 0; i < pb.n; i++) {
             for (int64_t e = 0; e < pb.T * pb.C[i]; e++) {
                 if (tu_range(&r, 0, 99) == 0)
@@ -418,19 +451,34 @@ static void test_nan_inf_random(void **state) {
                     pb.dy[i][e] = specials[tu_range(&r, 0, 6)];
             }
             if (trial % 4 == 0) /* a non-finite weight */
-                pb.w[i][tu_range(&r, 0, pb.C[i] * 4 - 1)] = trial % 8 ? INFINITY : NAN;
+                memcpy(&pb.w[i][tu_range(&r, 0, pb.C[i] * 4 - 1)], &special32[trial / 4 % 5], 4);
+            if (pb.with_bias && trial % 3 == 0) /* a non-finite bias */
+                memcpy(&pb.bias[i][tu_range(&r, 0, pb.C[i] - 1)], &special32[trial % 5], 4);
         }
         int P = (int)tu_range(&r, 1, 4);
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
-        tu_set_ctx("NaN/inf random trial %d: %s P=%d, T=%" PRId64, trial, tu_kind_name[kind], P,
-                   pb.T);
+        tu_set_ctx("NaN/inf random trial %d (%s): %s P=%d, T=%" PRId64, trial,
+                   tu_variant_name[tu_problem_variant(&pb)], tu_kind_name[kind], P, pb.T);
         TU_OK(tu_partition_make(&tp, &r, kind, P, cu, pb.num_seqs, tu_range(&r, 1, 6)));
-        check_against_reference(&pb, &tp, 1);
+        check_against_reference(&pb, &tp);
         for (int k = 0; k < P; k++) {
-            tu_rank_out o;
-            TU_OK(tu_run_rank(&pb, &tp, k, NULL, 0, &o));
-            expect_quiet(&o);
-            tu_rank_out_free(&o);
+            tu_rank_out base;
+            const cake_cpu_options generic = {1, CAKE_CPU_ISA_GENERIC};
+            TU_OK(tu_run_rank(&pb, &tp, k, &generic, 0, &base));
+            expect_canonical(&base);
+            for (int isa = CAKE_CPU_ISA_AVX2; isa < CAKE_CPU_ISA_COUNT; isa++) {
+                if (!cake_cpu_isa_supported((cake_cpu_isa)isa))
+                    continue;
+                const cake_cpu_options opt = {1 + k % 2, (cake_cpu_isa)isa};
+                tu_rank_out o;
+                char label[64];
+                snprintf(label, sizeof label, "rank %d: %s vs generic", k,
+                         cake_cpu_isa_name((cake_cpu_isa)isa));
+                TU_OK(tu_run_rank(&pb, &tp, k, &opt, 0, &o));
+                TU_CHECK(compare_outs(label, &o, &base) == 0, "ISA paths differ");
+                tu_rank_out_free(&o);
+            }
+            tu_rank_out_free(&base);
         }
         tu_partition_free(&tp);
         tu_problem_free(&pb);
@@ -440,15 +488,19 @@ static void test_nan_inf_random(void **state) {
 
 /* ---- empty ranks ----------------------------------------------------------------------------- */
 
+/* S_local = 0 and T = 0 in every variant: dw and dbias are written as +0.0, nothing else is. */
 static void test_empty_rank(void **state) {
     (void)state;
-    tu_set_ctx("S_local = 0");
     const int64_t cu[] = {0, 10, 20}, b[] = {0, 10, 10, 20}, ch[] = {8, 16};
-    float w0[32], w1[64], dw0[32], dw1[64];
+    float w0[32], w1[64], dw0[32], dw1[64], b0[8], b1[16], db0[8], db1[16];
     for (int i = 0; i < 64; i++) {
         if (i < 32)
             w0[i] = 1.0f + (float)i;
         w1[i] = -2.0f + (float)i;
+        if (i < 8)
+            b0[i] = 0.25f * (float)i;
+        if (i < 16)
+            b1[i] = -0.5f * (float)i;
     }
     cake_partition *p = NULL;
     cake_plan *plan = NULL;
@@ -458,41 +510,59 @@ static void test_empty_rank(void **state) {
     assert_int_equal(cake_plan_num_fragments(plan), 0);
     assert_int_equal(cake_plan_pool_rows(plan), 0);
 
-    const float *ws[] = {w0, w1};
-    float *dws[] = {dw0, dw1};
+    const float *ws[] = {w0, w1}, *bs[] = {b0, b1};
+    float *dws[] = {dw0, dw1}, *dbs[] = {db0, db1};
     const cake_bf16 *none[] = {NULL, NULL};
     cake_bf16 *nout[] = {NULL, NULL};
     float zeros[64] = {0};
-    memset(dw0, 0x5a, sizeof dw0);
-    memset(dw1, 0x5a, sizeof dw1);
-    TU_OK(cake_cpu_forward(plan, 2, ch, none, ws, NULL, none, nout, NULL));
-    TU_OK(cake_cpu_backward(plan, 2, ch, none, ws, NULL, none, none, none, nout, dws, NULL));
-    TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
-             "empty rank: dw is not +0.0");
-
-    /* non-NULL row pointers are fine too, and nothing is written through them */
-    cake_bf16 in[4] = {0}, out0[4], out1[4], sentinel[4] = {0x5a5a, 0x5a5a, 0x5a5a, 0x5a5a};
-    memcpy(out0, sentinel, sizeof out0);
-    memcpy(out1, sentinel, sizeof out1);
-    const cake_bf16 *some[] = {in, in};
-    cake_bf16 *sout[] = {out0, out1};
-    TU_OK(cake_cpu_forward(plan, 2, ch, some, ws, NULL, some, sout, NULL));
-    TU_CHECK(memcmp(out0, sentinel, sizeof out0) == 0 && memcmp(out1, sentinel, sizeof out1) == 0,
-             "empty rank wrote through y");
-    cake_plan_destroy(plan);
-    cake_partition_destroy(p);
-
-    /* T = 0 on one process: only empty sequences, or none */
-    const int64_t cu_empty[] = {0, 0, 0};
-    for (int ns = 0; ns <= 2; ns += 2) {
+    for (int v = 0; v < TU_VARIANTS; v++) {
+        tu_set_ctx("S_local = 0, %s", tu_variant_name[v]);
+        const cake_conv_params prm = {tu_variant_activation(v), tu_variant_bias(v) ? bs : NULL,
+                                      tu_variant_bias(v) ? dbs : NULL};
         memset(dw0, 0x5a, sizeof dw0);
         memset(dw1, 0x5a, sizeof dw1);
-        TU_OK(cake_cpu_forward_single_rank(cu_empty, ns, 2, ch, none, ws, NULL, nout, NULL));
-        TU_OK(cake_cpu_backward_single_rank(cu_empty, ns, 2, ch, none, ws, NULL, none, nout, dws,
-                                            NULL));
+        memset(db0, 0x5a, sizeof db0);
+        memset(db1, 0x5a, sizeof db1);
+        TU_OK(cake_cpu_forward(plan, 2, ch, none, ws, &prm, none, nout, NULL));
+        TU_OK(cake_cpu_backward(plan, 2, ch, none, ws, &prm, none, none, none, nout, dws, NULL));
         TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
-                 "T = 0: dw is not +0.0");
+                 "empty rank: dw is not +0.0");
+        if (tu_variant_bias(v))
+            TU_CHECK(memcmp(db0, zeros, sizeof db0) == 0 && memcmp(db1, zeros, sizeof db1) == 0,
+                     "empty rank: dbias is not +0.0");
+
+        /* non-NULL row pointers are fine too, and nothing is written through them */
+        cake_bf16 in[4] = {0}, out0[4], out1[4], sentinel[4] = {0x5a5a, 0x5a5a, 0x5a5a, 0x5a5a};
+        memcpy(out0, sentinel, sizeof out0);
+        memcpy(out1, sentinel, sizeof out1);
+        const cake_bf16 *some[] = {in, in};
+        cake_bf16 *sout[] = {out0, out1};
+        TU_OK(cake_cpu_forward(plan, 2, ch, some, ws, &prm, some, sout, NULL));
+        TU_CHECK(memcmp(out0, sentinel, sizeof out0) == 0 &&
+                     memcmp(out1, sentinel, sizeof out1) == 0,
+                 "empty rank wrote through y");
+
+        /* T = 0 on one process: only empty sequences, or none */
+        const int64_t cu_empty[] = {0, 0, 0};
+        for (int ns = 0; ns <= 2; ns += 2) {
+            tu_set_ctx("T = 0, %d sequences, %s", ns, tu_variant_name[v]);
+            memset(dw0, 0x5a, sizeof dw0);
+            memset(dw1, 0x5a, sizeof dw1);
+            memset(db0, 0x5a, sizeof db0);
+            memset(db1, 0x5a, sizeof db1);
+            TU_OK(cake_cpu_forward_single_rank(cu_empty, ns, 2, ch, none, ws, &prm, nout, NULL));
+            TU_OK(cake_cpu_backward_single_rank(cu_empty, ns, 2, ch, none, ws, &prm, none, nout,
+                                                dws, NULL));
+            TU_CHECK(memcmp(dw0, zeros, sizeof dw0) == 0 && memcmp(dw1, zeros, sizeof dw1) == 0,
+                     "T = 0: dw is not +0.0");
+            if (tu_variant_bias(v))
+                TU_CHECK(memcmp(db0, zeros, sizeof db0) == 0 &&
+                             memcmp(db1, zeros, sizeof db1) == 0,
+                         "T = 0: dbias is not +0.0");
+        }
     }
+    cake_plan_destroy(plan);
+    cake_partition_destroy(p);
 }
 
 int main(void) {

@@ -44,27 +44,14 @@ void tu_report(const char *fmt, ...) {
     fflush(stderr);
 }
 
-static int bf16_same(cake_bf16 a, cake_bf16 b, int nan_equal) {
-    return a == b || (nan_equal && tu_bf16_isnan(a) && tu_bf16_isnan(b));
-}
-
-static int f32_same(float a, float b, int nan_equal) {
-    uint32_t ua, ub;
-    memcpy(&ua, &a, 4);
-    memcpy(&ub, &b, 4);
-    return ua == ub || (nan_equal && a != a && b != b);
-}
-
 static int diff_bf16(const char *what, const cake_bf16 *got, const cake_bf16 *want, int64_t rows,
-                     int64_t cols, int nan_equal) {
+                     int64_t cols) {
     int64_t n = rows * cols, bad = 0, first = -1;
-    if (n == 0 || (!nan_equal && memcmp(got, want, (size_t)n * sizeof *got) == 0))
+    if (n == 0 || memcmp(got, want, (size_t)n * sizeof *got) == 0)
         return 0;
     for (int64_t i = 0; i < n; i++)
-        if (!bf16_same(got[i], want[i], nan_equal) && bad++ == 0)
+        if (got[i] != want[i] && bad++ == 0)
             first = i;
-    if (bad == 0)
-        return 0;
     tu_report("%s: %" PRId64 " of %" PRId64 " bf16 values differ; first at row %" PRId64
               " col %" PRId64 ": got 0x%04x want 0x%04x",
               what, bad, n, first / cols, first % cols, got[first], want[first]);
@@ -72,15 +59,13 @@ static int diff_bf16(const char *what, const cake_bf16 *got, const cake_bf16 *wa
 }
 
 static int diff_f32(const char *what, const float *got, const float *want, int64_t rows,
-                    int64_t cols, int nan_equal) {
+                    int64_t cols) {
     int64_t n = rows * cols, bad = 0, first = -1;
-    if (n == 0 || (!nan_equal && memcmp(got, want, (size_t)n * sizeof *got) == 0))
+    if (n == 0 || memcmp(got, want, (size_t)n * sizeof *got) == 0)
         return 0;
     for (int64_t i = 0; i < n; i++)
-        if (!f32_same(got[i], want[i], nan_equal) && bad++ == 0)
+        if (memcmp(&got[i], &want[i], 4) != 0 && bad++ == 0)
             first = i;
-    if (bad == 0)
-        return 0;
     uint32_t ug, uw;
     memcpy(&ug, &got[first], 4);
     memcpy(&uw, &want[first], 4);
@@ -93,21 +78,36 @@ static int diff_f32(const char *what, const float *got, const float *want, int64
 
 int tu_diff_bf16(const char *what, const cake_bf16 *got, const cake_bf16 *want, int64_t rows,
                  int64_t cols) {
-    return diff_bf16(what, got, want, rows, cols, 0);
+    return diff_bf16(what, got, want, rows, cols);
 }
 
 int tu_diff_f32(const char *what, const float *got, const float *want, int64_t rows, int64_t cols) {
-    return diff_f32(what, got, want, rows, cols, 0);
+    return diff_f32(what, got, want, rows, cols);
 }
 
-int tu_diff_bf16_nan(const char *what, const cake_bf16 *got, const cake_bf16 *want, int64_t rows,
-                     int64_t cols) {
-    return diff_bf16(what, got, want, rows, cols, 1);
+int tu_check_canonical_bf16(const char *what, const cake_bf16 *a, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows * cols; i++)
+        if (tu_bf16_isnan(a[i]) && a[i] != REF_BF16_NAN) {
+            tu_report("%s: row %" PRId64 " col %" PRId64 " holds NaN 0x%04x, not the canonical "
+                      "0x%04x",
+                      what, i / cols, i % cols, a[i], REF_BF16_NAN);
+            return 1;
+        }
+    return 0;
 }
 
-int tu_diff_f32_nan(const char *what, const float *got, const float *want, int64_t rows,
-                    int64_t cols) {
-    return diff_f32(what, got, want, rows, cols, 1);
+int tu_check_canonical_f32(const char *what, const float *a, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows * cols; i++) {
+        uint32_t u;
+        memcpy(&u, &a[i], 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u && u != REF_F32_NAN) {
+            tu_report("%s: row %" PRId64 " col %" PRId64 " holds NaN 0x%08" PRIx32
+                      ", not the canonical 0x%08x",
+                      what, i / cols, i % cols, u, REF_F32_NAN);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* ---- RNG and random values ------------------------------------------------------------------ */
@@ -159,6 +159,8 @@ cake_bf16 tu_bf16(tu_rng *r, tu_profile p) {
         return bf16_pick(r, 4, 6, 1, 127 + 40);
     case TU_TINY:
         return bf16_pick(r, 4, 36, 1, 12);
+    case TU_NARROW:
+        return bf16_pick(r, 4, 1, 127 - 6, 127 + 4);
     default:
         return bf16_pick(r, 4, 3, 127 - 12, 127 + 12);
     }
@@ -185,6 +187,8 @@ float tu_weight(tu_rng *r, tu_profile p) {
         return f32_pick(r, 3, 5, 127 - 40, 127 + 40);
     case TU_TINY:
         return f32_pick(r, 3, 0, 127 - 8, 127);
+    case TU_NARROW:
+        return f32_pick(r, 3, 0, 127 - 4, 127 + 1);
     default:
         return f32_pick(r, 3, 2, 127 - 8, 127 + 3);
     }
@@ -265,13 +269,62 @@ void tu_problem_init(tu_problem *pb, tu_rng *r, tu_profile p, const int64_t *cu,
     }
 }
 
+void tu_problem_set_params(tu_problem *pb, tu_rng *r, tu_profile p, int with_bias,
+                           cake_activation activation) {
+    for (int i = 0; i < pb->n; i++) {
+        free(pb->bias[i]);
+        pb->bias[i] = NULL;
+        if (with_bias) {
+            pb->bias[i] = tu_malloc((size_t)pb->C[i] * sizeof(float));
+            tu_fill_weights(r, p, pb->bias[i], pb->C[i]);
+        }
+    }
+    pb->with_bias = with_bias != 0;
+    pb->activation = activation;
+}
+
 void tu_problem_free(tu_problem *pb) {
     for (int i = 0; i < pb->n; i++) {
         free(pb->x[i]);
         free(pb->dy[i]);
         free(pb->w[i]);
+        free(pb->bias[i]);
     }
     memset(pb, 0, sizeof *pb);
+}
+
+const char *const tu_variant_name[TU_VARIANTS] = {"plain", "bias", "silu", "bias+silu"};
+
+int tu_variant_bias(int variant) {
+    return variant & 1;
+}
+
+cake_activation tu_variant_activation(int variant) {
+    return variant & 2 ? CAKE_ACTIVATION_SILU : CAKE_ACTIVATION_NONE;
+}
+
+int tu_problem_variant(const tu_problem *pb) {
+    return (pb->with_bias ? 1 : 0) | (pb->activation == CAKE_ACTIVATION_SILU ? 2 : 0);
+}
+
+const cake_conv_params *tu_params_of(tu_params *st, const tu_problem *pb, int first, int count,
+                                     float *const *dbias) {
+    memset(st, 0, sizeof *st);
+    st->params.activation = pb->activation;
+    if (pb->with_bias) {
+        for (int i = 0; i < count; i++) {
+            st->bias[i] = pb->bias[first + i];
+            st->dbias[i] = dbias ? dbias[first + i] : NULL;
+        }
+        st->params.bias = st->bias;
+        st->params.dbias = dbias ? st->dbias : NULL;
+    }
+    return &st->params;
+}
+
+void tu_ref_params(const tu_problem *pb, int i, ref_params *out) {
+    out->bias = pb->with_bias ? pb->bias[i] : NULL;
+    out->activation = pb->activation == CAKE_ACTIVATION_SILU ? REF_ACT_SILU : REF_ACT_NONE;
 }
 
 /* ---- partitions ------------------------------------------------------------------------------ */
@@ -456,19 +509,33 @@ void tu_gather(const cake_bf16 *global, int64_t C, const int64_t *l2g, int64_t S
         memcpy(out + t * C, global + l2g[t] * C, (size_t)C * sizeof *out);
 }
 
+int64_t tu_future_rows(int64_t pool_rows, cake_activation activation) {
+    return activation == CAKE_ACTIVATION_NONE ? pool_rows : 2 * pool_rows;
+}
+
 cake_status tu_build_pools(const cake_plan *plan, const int64_t *cu, int64_t num_seqs,
                            const int64_t *seq_of, int64_t C, const cake_bf16 *x,
                            const cake_bf16 *dy, cake_bf16 *history, cake_bf16 *future) {
+    return tu_build_pools_act(plan, cu, num_seqs, seq_of, C, x, dy, CAKE_ACTIVATION_NONE, history,
+                              future);
+}
+
+cake_status tu_build_pools_act(const cake_plan *plan, const int64_t *cu, int64_t num_seqs,
+                               const int64_t *seq_of, int64_t C, const cake_bf16 *x,
+                               const cake_bf16 *dy, cake_activation activation,
+                               cake_bf16 *history, cake_bf16 *future) {
     int64_t T = cu[num_seqs], nf = cake_plan_num_fragments(plan), rows = cake_plan_pool_rows(plan);
     if (rows < 3 * nf) {
         tu_report("pool_rows %" PRId64 " < 3 * num_fragments %" PRId64, rows, 3 * nf);
         return CAKE_ERROR_INTERNAL;
     }
+    const int with_x = activation != CAKE_ACTIVATION_NONE;
+    cake_bf16 *future_x = future && with_x ? future + rows * C : NULL; /* the x half */
     size_t bytes = (size_t)(rows * C) * sizeof(cake_bf16);
     if (history)
         memset(history, 0, bytes);
     if (future)
-        memset(future, 0, bytes);
+        memset(future, 0, with_x ? 2 * bytes : bytes);
     for (int64_t f = 0; f < nf; f++) {
         cake_fragment fr;
         cake_status st = cake_plan_fragment(plan, f, &fr);
@@ -486,6 +553,8 @@ cake_status tu_build_pools(const cake_plan *plan, const int64_t *cu, int64_t num
                 memcpy(history + (3 * f + j) * C, x + hg * C, (size_t)C * sizeof *x);
             if (future && fg < s1)
                 memcpy(future + (3 * f + j) * C, dy + fg * C, (size_t)C * sizeof *dy);
+            if (future_x && fg < s1)
+                memcpy(future_x + (3 * f + j) * C, x + fg * C, (size_t)C * sizeof *x);
         }
     }
     return CAKE_SUCCESS;
@@ -508,6 +577,10 @@ static void alloc_outputs(tu_rank_out *o, const tu_problem *pb, int64_t S) {
         }
         o->dw[i] = tu_malloc((size_t)pb->C[i] * 4 * sizeof(float));
         memset(o->dw[i], 0x5a, (size_t)pb->C[i] * 4 * sizeof(float));
+        if (pb->with_bias) {
+            o->dbias[i] = tu_malloc((size_t)pb->C[i] * sizeof(float));
+            memset(o->dbias[i], 0x5a, (size_t)pb->C[i] * sizeof(float));
+        }
     }
 }
 
@@ -516,6 +589,7 @@ void tu_rank_out_free(tu_rank_out *o) {
         free(o->y[i]);
         free(o->dx[i]);
         free(o->dw[i]);
+        free(o->dbias[i]);
     }
     memset(o, 0, sizeof *o);
 }
@@ -536,6 +610,7 @@ cake_status tu_run_rank(const tu_problem *pb, const tu_partition *tp, int rank,
         return CAKE_ERROR_INTERNAL;
     }
     int64_t pool = cake_plan_pool_rows(plan), *seq_of = tu_seq_of_rows(pb->cu, pb->num_seqs);
+    int64_t fut_rows = tu_future_rows(pool, pb->activation);
     const cake_bf16 *x[TU_MAX_TENSORS] = {0}, *dy[TU_MAX_TENSORS] = {0};
     const cake_bf16 *hist[TU_MAX_TENSORS] = {0}, *fut[TU_MAX_TENSORS] = {0};
     const float *w[TU_MAX_TENSORS];
@@ -552,19 +627,24 @@ cake_status tu_run_rank(const tu_problem *pb, const tu_partition *tp, int rank,
         }
         if (pool > 0) {
             cake_bf16 *h = tu_malloc((size_t)(pool * C) * sizeof *h);
-            cake_bf16 *f = tu_malloc((size_t)(pool * C) * sizeof *f);
-            st = tu_build_pools(plan, pb->cu, pb->num_seqs, seq_of, C, pb->x[i], pb->dy[i], h, f);
+            cake_bf16 *f = tu_malloc((size_t)(fut_rows * C) * sizeof *f);
+            st = tu_build_pools_act(plan, pb->cu, pb->num_seqs, seq_of, C, pb->x[i], pb->dy[i],
+                                    pb->activation, h, f);
             hist[i] = h;
             fut[i] = f;
         }
     }
     for (int i = 0; i < pb->n && st == CAKE_SUCCESS; i += one_by_one ? 1 : pb->n) {
         int k = one_by_one ? 1 : pb->n;
-        st = cake_cpu_forward(plan, k, pb->C + i, x + i, w + i, NULL, hist + i, out->y + i, opt);
+        tu_params fp, bp;
+        /* one by one, the forward gets parameters without dbias; the multi call passes the
+         * backward's struct to both (a forward ignores dbias) */
+        const cake_conv_params *fwd = tu_params_of(&fp, pb, i, k, one_by_one ? NULL : out->dbias);
+        const cake_conv_params *bwd = tu_params_of(&bp, pb, i, k, out->dbias);
+        st = cake_cpu_forward(plan, k, pb->C + i, x + i, w + i, fwd, hist + i, out->y + i, opt);
         if (st == CAKE_SUCCESS)
-            st = cake_cpu_backward(plan, k, pb->C + i, x + i, w + i, NULL, hist + i, dy + i,
-                                   fut + i,
-                                   out->dx + i, out->dw + i, opt);
+            st = cake_cpu_backward(plan, k, pb->C + i, x + i, w + i, bwd, hist + i, dy + i,
+                                   fut + i, out->dx + i, out->dw + i, opt);
         if (st != CAKE_SUCCESS)
             tu_report("rank %d: forward/backward failed: %s", rank, cake_last_error());
     }
@@ -588,12 +668,14 @@ cake_status tu_run_single(const tu_problem *pb, const cake_cpu_options *opt, tu_
         dy[i] = pb->T ? pb->dy[i] : NULL;
         w[i] = pb->w[i];
     }
+    tu_params fp, bp;
+    const cake_conv_params *fwd = tu_params_of(&fp, pb, 0, pb->n, NULL);
+    const cake_conv_params *bwd = tu_params_of(&bp, pb, 0, pb->n, out->dbias);
     cake_status st =
-        cake_cpu_forward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, NULL, out->y, opt);
+        cake_cpu_forward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, fwd, out->y, opt);
     if (st == CAKE_SUCCESS)
-        st = cake_cpu_backward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, NULL, dy,
-                                           out->dx,
-                                           out->dw, opt);
+        st = cake_cpu_backward_single_rank(pb->cu, pb->num_seqs, pb->n, pb->C, x, w, bwd, dy,
+                                           out->dx, out->dw, opt);
     if (st != CAKE_SUCCESS)
         tu_report("single-rank forward/backward failed: %s", cake_last_error());
     return st;
@@ -653,10 +735,15 @@ void tu_ref_compute(tu_ref *ref, const tu_problem *pb) {
     ref->n = pb->n;
     for (int i = 0; i < pb->n; i++) {
         size_t bytes = (size_t)(pb->T * pb->C[i]) * sizeof(cake_bf16);
+        ref_params rp;
+        tu_ref_params(pb, i, &rp);
         ref->y[i] = tu_malloc(bytes);
         ref->dx[i] = tu_malloc(bytes);
-        ref_forward(pb->cu, pb->num_seqs, pb->C[i], pb->x[i], pb->w[i], ref->y[i]);
-        ref_backward_dx(pb->cu, pb->num_seqs, pb->C[i], pb->dy[i], pb->w[i], ref->dx[i]);
+        ref->g[i] = tu_malloc((size_t)(pb->T * pb->C[i]) * sizeof(float));
+        ref_forward_p(pb->cu, pb->num_seqs, pb->C[i], pb->x[i], pb->w[i], &rp, ref->y[i]);
+        ref_grad_input(pb->cu, pb->num_seqs, pb->C[i], pb->x[i], pb->w[i], &rp, pb->dy[i],
+                       ref->g[i]);
+        ref_dx_from_g(pb->cu, pb->num_seqs, pb->C[i], pb->w[i], ref->g[i], ref->dx[i]);
     }
 }
 
@@ -664,36 +751,73 @@ void tu_ref_free(tu_ref *ref) {
     for (int i = 0; i < ref->n; i++) {
         free(ref->y[i]);
         free(ref->dx[i]);
+        free(ref->g[i]);
     }
     memset(ref, 0, sizeof *ref);
 }
 
 int tu_check_rank(const char *label, const tu_problem *pb, const tu_ref *ref, const int64_t *l2g,
-                  const tu_rank_out *o, int nan_equal) {
+                  const tu_rank_out *o, int flags) {
     int bad = 0;
-    char what[128];
-    int (*diff16)(const char *, const cake_bf16 *, const cake_bf16 *, int64_t, int64_t) =
-        nan_equal ? tu_diff_bf16_nan : tu_diff_bf16;
-    int (*diff32)(const char *, const float *, const float *, int64_t, int64_t) =
-        nan_equal ? tu_diff_f32_nan : tu_diff_f32;
+    char what[160];
+    if (flags != 0) {
+        tu_report("%s: tu_check_rank flags %d: only 0 (bitwise) exists", label, flags);
+        return 1;
+    }
     for (int i = 0; i < pb->n; i++) {
         int64_t C = pb->C[i], S = o->S;
         cake_bf16 *want = tu_malloc((size_t)(S * C) * sizeof *want);
         float *wdw = tu_malloc((size_t)C * 4 * sizeof *wdw);
+        float *wdb = tu_malloc((size_t)C * sizeof *wdb);
+        const char *v = tu_variant_name[tu_problem_variant(pb)];
         if (S > 0) {
             tu_gather(ref->y[i], C, l2g, S, want);
-            snprintf(what, sizeof what, "%s: y[%d] (C=%" PRId64 ", local rows)", label, i, C);
-            bad += diff16(what, o->y[i], want, S, C);
+            snprintf(what, sizeof what, "%s: y[%d] (%s, C=%" PRId64 ", local rows)", label, i, v,
+                     C);
+            bad += diff_bf16(what, o->y[i], want, S, C);
             tu_gather(ref->dx[i], C, l2g, S, want);
-            snprintf(what, sizeof what, "%s: dx[%d] (C=%" PRId64 ", local rows)", label, i, C);
-            bad += diff16(what, o->dx[i], want, S, C);
+            snprintf(what, sizeof what, "%s: dx[%d] (%s, C=%" PRId64 ", local rows)", label, i, v,
+                     C);
+            bad += diff_bf16(what, o->dx[i], want, S, C);
         }
-        ref_dw(pb->cu, pb->num_seqs, C, pb->x[i], pb->dy[i], l2g, S, wdw);
-        snprintf(what, sizeof what, "%s: dw[%d] (C=%" PRId64 ", rows: channels, cols: taps)", label,
-                 i, C);
-        bad += diff32(what, o->dw[i], wdw, C, 4);
+        ref_grads_from_g(pb->cu, pb->num_seqs, C, pb->x[i], ref->g[i], l2g, S, wdw,
+                         pb->with_bias ? wdb : NULL);
+        snprintf(what, sizeof what, "%s: dw[%d] (%s, C=%" PRId64 ", rows: channels, cols: taps)",
+                 label, i, v, C);
+        bad += diff_f32(what, o->dw[i], wdw, C, 4);
+        if (pb->with_bias) {
+            snprintf(what, sizeof what, "%s: dbias[%d] (%s, C=%" PRId64 ")", label, i, v, C);
+            if (!o->dbias[i]) {
+                tu_report("%s: no dbias output", what);
+                bad++;
+            } else {
+                bad += diff_f32(what, o->dbias[i], wdb, 1, C);
+            }
+        }
         free(want);
         free(wdw);
+        free(wdb);
+    }
+    return bad;
+}
+
+int tu_compare_outs(const char *label, const tu_rank_out *a, const tu_rank_out *b) {
+    int bad = 0;
+    char what[160];
+    for (int i = 0; i < a->n; i++) {
+        snprintf(what, sizeof what, "%s: y[%d]", label, i);
+        bad += diff_bf16(what, a->y[i], b->y[i], a->S, a->C[i]);
+        snprintf(what, sizeof what, "%s: dx[%d]", label, i);
+        bad += diff_bf16(what, a->dx[i], b->dx[i], a->S, a->C[i]);
+        snprintf(what, sizeof what, "%s: dw[%d]", label, i);
+        bad += diff_f32(what, a->dw[i], b->dw[i], a->C[i], 4);
+        if (!a->dbias[i] != !b->dbias[i]) {
+            tu_report("%s: dbias[%d] present in one run only", label, i);
+            bad++;
+        } else if (a->dbias[i]) {
+            snprintf(what, sizeof what, "%s: dbias[%d]", label, i);
+            bad += diff_f32(what, a->dbias[i], b->dbias[i], 1, a->C[i]);
+        }
     }
     return bad;
 }

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "cake.h"
+#include "reference.h"
 
 #define TU_MAX_TENSORS 8
 
@@ -47,11 +48,11 @@ int tu_diff_bf16(const char *what, const cake_bf16 *got, const cake_bf16 *want, 
                  int64_t cols);
 int tu_diff_f32(const char *what, const float *got, const float *want, int64_t rows,
                 int64_t cols);
-/* As tu_diff_bf16, but any NaN equals any NaN (NaN payloads are not part of the contract). */
-int tu_diff_bf16_nan(const char *what, const cake_bf16 *got, const cake_bf16 *want, int64_t rows,
-                     int64_t cols);
-int tu_diff_f32_nan(const char *what, const float *got, const float *want, int64_t rows,
-                    int64_t cols);
+/* There is no NaN-lenient comparison: SPEC 3 makes every NaN output the canonical NaN (bf16
+ * 0x7FC0, fp32 0x7FC00000), so NaN outputs are compared bit for bit like everything else.
+ * Every NaN among rows * cols values is canonical; otherwise report the first one and return 1. */
+int tu_check_canonical_bf16(const char *what, const cake_bf16 *a, int64_t rows, int64_t cols);
+int tu_check_canonical_f32(const char *what, const float *a, int64_t rows, int64_t cols);
 
 /* ---- RNG and random values ------------------------------------------------------------------ */
 
@@ -69,6 +70,7 @@ typedef enum tu_profile {
     TU_MODERATE = 0, /* exponents -12..12, some zeros and subnormals */
     TU_WIDE,         /* exponents over most of the range, subnormals included */
     TU_TINY,         /* x near the bottom of the normal range and subnormal: exercises no-FTZ */
+    TU_NARROW,       /* x 2^-6..2^4, w 2^-4..2^1: activation inputs mostly where SiLU bends */
 } tu_profile;
 
 cake_bf16 tu_bf16(tu_rng *r, tu_profile p);
@@ -87,7 +89,9 @@ int64_t tu_random_cu(tu_rng *r, int64_t max_seqs, int64_t max_len, int64_t **cu)
 /* seq_of[g] for every global row (malloc'd, T entries). */
 int64_t *tu_seq_of_rows(const int64_t *cu, int64_t num_seqs);
 
-/* One global problem: n tensors over the same packed batch. */
+/* One global problem: n tensors over the same packed batch, and what the calls compute beyond
+ * the plain op (cake_conv_params): a bias for every tensor or for none (the API takes both or
+ * neither), and the activation. A zero-initialised tail is the plain op. */
 typedef struct tu_problem {
     const int64_t *cu; /* borrowed */
     int64_t num_seqs, T;
@@ -95,11 +99,37 @@ typedef struct tu_problem {
     int64_t C[TU_MAX_TENSORS];
     cake_bf16 *x[TU_MAX_TENSORS], *dy[TU_MAX_TENSORS]; /* [T, C] */
     float *w[TU_MAX_TENSORS];                           /* [C, 4] */
+    int with_bias;                                      /* 1: bias[i] for every tensor */
+    cake_activation activation;
+    float *bias[TU_MAX_TENSORS]; /* [C] fp32 when with_bias (freed by tu_problem_free) */
 } tu_problem;
 
 void tu_problem_init(tu_problem *pb, tu_rng *r, tu_profile p, const int64_t *cu, int64_t num_seqs,
                      int n, const int64_t *C);
+/* Gives pb a random bias per tensor (with_bias) and the activation. Bias values follow p (some
+ * zeros of either sign). */
+void tu_problem_set_params(tu_problem *pb, tu_rng *r, tu_profile p, int with_bias,
+                           cake_activation activation);
 void tu_problem_free(tu_problem *pb);
+
+/* The four variants of the op, bit 0: bias, bit 1: SiLU; "plain", "bias", "silu", "bias+silu". */
+enum { TU_VARIANTS = 4 };
+extern const char *const tu_variant_name[TU_VARIANTS];
+int tu_variant_bias(int variant);
+cake_activation tu_variant_activation(int variant);
+/* pb's variant number. */
+int tu_problem_variant(const tu_problem *pb);
+/* The library's parameters of tensors [first, first + count) of pb: bias pointers into pb, dbias
+ * pointers from `dbias` (may be NULL for a forward). The pointer arrays live in *storage. */
+typedef struct tu_params {
+    cake_conv_params params;
+    const float *bias[TU_MAX_TENSORS];
+    float *dbias[TU_MAX_TENSORS];
+} tu_params;
+const cake_conv_params *tu_params_of(tu_params *storage, const tu_problem *pb, int first,
+                                     int count, float *const *dbias);
+/* The reference's parameters of tensor i of pb. */
+void tu_ref_params(const tu_problem *pb, int i, ref_params *out);
 /* Random channel counts, multiples of 8 in [8, max_c]. */
 void tu_random_channels(tu_rng *r, int n, int64_t max_c, int64_t *C);
 
@@ -138,10 +168,18 @@ void tu_gather(const cake_bf16 *global, int64_t C, const int64_t *l2g, int64_t S
 /* Pools for one tensor (layout of cake.h): history row 3f+j = x at global_start-3+j or +0.0
  * before the sequence start; future row 3f+j = dy at global_start+length+j or +0.0 at or past
  * the sequence end. Sequence bounds come from cu, values from the global arrays; either output
- * may be NULL. */
+ * may be NULL. The future pool of the plain op: pool_rows rows. */
 cake_status tu_build_pools(const cake_plan *plan, const int64_t *cu, int64_t num_seqs,
                            const int64_t *seq_of, int64_t C, const cake_bf16 *x,
                            const cake_bf16 *dy, cake_bf16 *history, cake_bf16 *future);
+/* The same for a call with `activation`: with CAKE_ACTIVATION_SILU the future pool has
+ * 2 * pool_rows rows, dy as above then x at the same global rows (+0.0 where dy is +0.0). */
+cake_status tu_build_pools_act(const cake_plan *plan, const int64_t *cu, int64_t num_seqs,
+                               const int64_t *seq_of, int64_t C, const cake_bf16 *x,
+                               const cake_bf16 *dy, cake_activation activation,
+                               cake_bf16 *history, cake_bf16 *future);
+/* Rows of the future pool of a call with `activation`. */
+int64_t tu_future_rows(int64_t pool_rows, cake_activation activation);
 
 typedef struct tu_rank_out {
     int n;
@@ -149,29 +187,37 @@ typedef struct tu_rank_out {
     int64_t C[TU_MAX_TENSORS];
     cake_bf16 *y[TU_MAX_TENSORS], *dx[TU_MAX_TENSORS]; /* NULL when S = 0 */
     float *dw[TU_MAX_TENSORS];
+    float *dbias[TU_MAX_TENSORS]; /* [C]; NULL for a problem without bias */
 } tu_rank_out;
 
-/* Forward and backward of all tensors on one rank of tp (plan, gather, pools, calls). With
- * one_by_one, each tensor goes through its own single-tensor calls. Row arrays and pools are
- * passed as NULL when empty. */
+/* Forward and backward of all tensors on one rank of tp (plan, gather, pools, calls), with the
+ * problem's bias and activation. With one_by_one, each tensor goes through its own single-tensor
+ * calls. Row arrays and pools are passed as NULL when empty. Outputs start as a sentinel. */
 cake_status tu_run_rank(const tu_problem *pb, const tu_partition *tp, int rank,
                         const cake_cpu_options *opt, int one_by_one, tu_rank_out *out);
 /* The same through the single-rank entry points (P = 1, rows in global order). */
 cake_status tu_run_single(const tu_problem *pb, const cake_cpu_options *opt, tu_rank_out *out);
 void tu_rank_out_free(tu_rank_out *o);
 
-/* The reference's global y and dx of every tensor of a problem. */
+/* The reference's global y and dx of every tensor of a problem, and g (the gradient that reaches
+ * the convolution: dy, or dy * silu'(a)) that every rank's dw and dbias are summed from. */
 typedef struct tu_ref {
     int n;
     cake_bf16 *y[TU_MAX_TENSORS], *dx[TU_MAX_TENSORS];
+    float *g[TU_MAX_TENSORS];
 } tu_ref;
 void tu_ref_compute(tu_ref *ref, const tu_problem *pb);
 void tu_ref_free(tu_ref *ref);
-/* A rank's outputs against the reference: y and dx rows through l2g, dw from ref_dw over the
- * same local rows. With nan_equal, any NaN matches any NaN. Returns the number of mismatching
- * arrays (each reported). */
+/* A rank's outputs against the reference, bitwise (canonical NaN included): y and dx rows
+ * through l2g, dw and (with a bias) dbias from ref_grads_p over the same local rows. `flags`
+ * must be 0 (it was a NaN-lenient mode, gone now that NaN outputs are canonical; the argument is
+ * kept so that existing callers compile). Returns the number of mismatching arrays (each
+ * reported). */
 int tu_check_rank(const char *label, const tu_problem *pb, const tu_ref *ref, const int64_t *l2g,
-                  const tu_rank_out *o, int nan_equal);
+                  const tu_rank_out *o, int flags);
+/* Two runs' outputs (y, dx, dw, dbias) bitwise equal; returns the number of arrays that
+ * differ (each reported). */
+int tu_compare_outs(const char *label, const tu_rank_out *got, const tu_rank_out *want);
 
 /* ---- misc ------------------------------------------------------------------------------------ */
 

@@ -277,7 +277,7 @@ void test_bad_input(void **state) {
     tu_set_ctx("bad input: good call after the bad ones");
     cc_launch l = {0, 2, CAKE_COOPERATIVE_AUTO, CC_WS_EXACT, 0xff, ct_stream};
     cc_gpu_run(&rk, &l);
-    bad += cc_compare_truth("good call after the bad ones", &rk, 0, 2, 0);
+    bad += cc_compare_truth("good call after the bad ones", &rk, 0, 2);
 
     cu_free(ws);
     cu_free(scratch);
@@ -321,7 +321,7 @@ void test_bad_input_empty_rank(void **state) {
     tu_set_ctx("bad input, empty rank: good call");
     cc_launch l = {0, 2, CAKE_COOPERATIVE_OFF, CC_WS_NULL, 0xff, ct_stream};
     cc_gpu_run(&rk, &l);
-    bad += cc_compare_truth("empty rank, good call", &rk, 0, 2, 0);
+    bad += cc_compare_truth("empty rank, good call", &rk, 0, 2);
 
     cu_free(scratch);
     cc_rank_free(&rk);

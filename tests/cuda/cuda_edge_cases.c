@@ -1,9 +1,10 @@
 /* The edge cases of the core issue on the GPU, each GPU vs CPU bitwise in every launch form (and
- * against the reference where noted): S_local = 0, one row, fragments of 1 and 2 rows, sequences
- * spanning many ranks, many fragments inside one 8-row item, C = 8, large C that is not a power of
- * two, mixed C, C around multiples of 64, row counts around the 8-row items and 256-row dw blocks,
- * every depth of the dw tree, AUTO on a call large enough to pick ordinary launches, NaN and
- * infinity. */
+ * against the reference where noted), in every variant (no bias / bias x no activation / SiLU)
+ * unless noted: S_local = 0, one row, fragments of 1, 2 and 3 rows, sequences spanning many ranks,
+ * many fragments inside one 8-row item, C = 8, large C that is not a power of two, mixed C, C
+ * around multiples of 64, row counts around the 8-row items and 256-row dw blocks, every depth
+ * of the dw tree, AUTO on a call large enough to pick ordinary launches, NaN and infinity, and
+ * NaN in several operands at once (canonical NaN, bitwise). */
 #include "cuda_tests.h"
 
 #include <inttypes.h>
@@ -12,9 +13,10 @@
 #include <string.h>
 
 /* All ranks of tp in every launch form; with_ref also against the reference; ranks without rows
- * must come back with dw = +0.0 exactly. Returns the number of mismatching arrays. */
+ * must come back with dw (and dbias) = +0.0 exactly; every NaN written is the canonical one.
+ * Returns the number of mismatching arrays. */
 static int check_case(const cc_problem *pb, const tu_partition *tp, const char *label, int with_ref,
-                      unsigned char poison, int nan_equal) {
+                      unsigned char poison) {
     int bad = 0;
     tu_problem view;
     tu_ref ref;
@@ -25,22 +27,27 @@ static int check_case(const cc_problem *pb, const tu_partition *tp, const char *
     for (int k = 0; k < tp->P; k++) {
         cc_rank rk;
         cc_rank_init(&rk, pb, tp, k);
-        bad += cc_check_all_forms(&rk, label, poison, nan_equal, ct_stream);
+        bad += cc_check_all_forms(&rk, label, poison, ct_stream);
+        bad += cc_check_canonical(label, &rk);
         if (with_ref) {
             char what[200];
             snprintf(what, sizeof what, "%s: last GPU run vs reference, rank %d", label, k);
-            bad += cc_compare_reference(what, &rk, &view, &ref, tp->l2g[k], nan_equal);
+            bad += cc_compare_reference(what, &rk, &view, &ref, tp->l2g[k]);
         }
         if (rk.S == 0)
             for (int i = 0; i < rk.n; i++)
-                for (int64_t e = 0; e < rk.C[i] * 4; e++) {
-                    uint32_t bits;
-                    memcpy(&bits, &rk.g_dw[i][e], 4);
+                for (int64_t e = 0; e < rk.C[i] * 5; e++) {
+                    uint32_t bits = 0;
+                    if (e < rk.C[i] * 4)
+                        memcpy(&bits, &rk.g_dw[i][e], 4);
+                    else if (rk.with_bias)
+                        memcpy(&bits, &rk.g_dbias[i][e - rk.C[i] * 4], 4);
                     if (bits != 0) {
                         if (cc_printing())
-                            tu_report("%s: rank %d has no rows but dw[%d][%" PRId64 "] = 0x%08x, "
+                            tu_report("%s: rank %d has no rows but %s[%d][%" PRId64 "] = 0x%08x, "
                                       "want +0.0",
-                                      label, k, i, e, bits);
+                                      label, k, e < rk.C[i] * 4 ? "dw" : "dbias", i,
+                                      e < rk.C[i] * 4 ? e : e - rk.C[i] * 4, bits);
                         bad++;
                         break;
                     }
@@ -52,23 +59,43 @@ static int check_case(const cc_problem *pb, const tu_partition *tp, const char *
     return bad;
 }
 
-/* A fixed batch with random values; partitions built by `kind` (or ranges when counts != NULL). */
+/* Variant sets of check_fixed: bit v stands for variant v (tu_variant_name). */
+enum { V_PLAIN = 1, V_BIAS = 2, V_SILU = 4, V_BIAS_SILU = 8, V_ALL = 15 };
+
+/* A fixed batch, for each variant of `variants` with fresh random values; partitions built by
+ * `kind` (or ranges when counts != NULL). */
+static int check_fixed_v(tu_rng *r, const char *label, const int64_t *cu_values, int64_t num_seqs,
+                         int n, const int64_t *C, tu_kind kind, int P, int64_t max_chunk,
+                         const int64_t *counts, const cake_range *ranges, int with_ref,
+                         int variants) {
+    int bad = 0;
+    for (int v = 0; v < TU_VARIANTS; v++) {
+        if (!(variants & (1 << v)))
+            continue;
+        cc_problem pb;
+        cc_problem_init(&pb, r, TU_MODERATE, cc_cu_copy(cu_values, num_seqs), num_seqs, n, C);
+        cc_problem_set_variant(&pb, r, TU_MODERATE, v);
+        tu_partition tp;
+        tu_set_ctx("%s (%s): %s P=%d, T=%" PRId64 ", %" PRId64 " seqs, %d tensors, C[0]=%" PRId64,
+                   label, tu_variant_name[v], counts ? "explicit ranges" : tu_kind_name[kind], P,
+                   pb.T, num_seqs, n, C[0]);
+        if (counts)
+            TU_OK(tu_partition_explicit(&tp, pb.cu, num_seqs, P, counts, ranges));
+        else
+            TU_OK(tu_partition_make(&tp, r, kind, P, pb.cu, num_seqs, max_chunk));
+        bad += check_case(&pb, &tp, label, with_ref, 0xff);
+        tu_partition_free(&tp);
+        cc_problem_free(&pb);
+    }
+    return bad;
+}
+
+/* Every variant. */
 static int check_fixed(tu_rng *r, const char *label, const int64_t *cu_values, int64_t num_seqs,
                        int n, const int64_t *C, tu_kind kind, int P, int64_t max_chunk,
                        const int64_t *counts, const cake_range *ranges, int with_ref) {
-    cc_problem pb;
-    cc_problem_init(&pb, r, TU_MODERATE, cc_cu_copy(cu_values, num_seqs), num_seqs, n, C);
-    tu_partition tp;
-    tu_set_ctx("%s: %s P=%d, T=%" PRId64 ", %" PRId64 " seqs, %d tensors, C[0]=%" PRId64, label,
-               counts ? "explicit ranges" : tu_kind_name[kind], P, pb.T, num_seqs, n, C[0]);
-    if (counts)
-        TU_OK(tu_partition_explicit(&tp, pb.cu, num_seqs, P, counts, ranges));
-    else
-        TU_OK(tu_partition_make(&tp, r, kind, P, pb.cu, num_seqs, max_chunk));
-    int bad = check_case(&pb, &tp, label, with_ref, 0xff, 0);
-    tu_partition_free(&tp);
-    cc_problem_free(&pb);
-    return bad;
+    return check_fixed_v(r, label, cu_values, num_seqs, n, C, kind, P, max_chunk, counts, ranges,
+                         with_ref, V_ALL);
 }
 
 void test_empty_ranks(void **state) {
@@ -171,11 +198,13 @@ void test_channel_counts(void **state) {
         int64_t ns = tu_random_cu(&r, 10, trial % 2 ? 500 : 20, &cu_r);
         cc_problem pb;
         cc_problem_init(&pb, &r, TU_WIDE, cu_r, ns, 3, C);
+        cc_problem_set_variant(&pb, &r, TU_WIDE, (trial + 3) % TU_VARIANTS);
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
-        tu_set_ctx("C = 8 trial %d: %s P=4, T=%" PRId64, trial, tu_kind_name[kind], pb.T);
+        tu_set_ctx("C = 8 trial %d (%s): %s P=4, T=%" PRId64, trial,
+                   tu_variant_name[(trial + 3) % TU_VARIANTS], tu_kind_name[kind], pb.T);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, kind, 4, pb.cu, ns, tu_range(&r, 1, 20)));
-        bad += check_case(&pb, &tp, "C = 8, random", 0, 0xff, 0);
+        bad += check_case(&pb, &tp, "C = 8, random", 0, 0xff);
         tu_partition_free(&tp);
         cc_problem_free(&pb);
     }
@@ -230,65 +259,75 @@ void test_tree_depths(void **state) {
 }
 
 /* More than 2^24 elements in one call: AUTO picks ordinary launches (by the launcher's rule), and
- * ON has to loop its capped grid over many items. */
+ * ON has to loop its capped grid over many items. Two variants per case. */
 void test_auto_large(void **state) {
     (void)state;
     tu_rng r;
     tu_rng_init(&r, CT_STREAM_EDGE + 500);
     int bad = 0;
     const int64_t cu[] = {0, 9, 30000, 30000, 65601}, C1[] = {256}, C2[] = {128, 136};
-    bad += check_fixed(&r, "2^24 + elements, one tensor", cu, 4, 1, C1, TU_CONTIGUOUS, 1, 0, NULL,
-                       NULL, 0);
-    bad += check_fixed(&r, "2^24 + elements over two tensors", cu, 4, 2, C2, TU_ZIGZAG, 1, 0, NULL,
-                       NULL, 0);
+    bad += check_fixed_v(&r, "2^24 + elements, one tensor", cu, 4, 1, C1, TU_CONTIGUOUS, 1, 0,
+                         NULL, NULL, 0, V_PLAIN | V_BIAS_SILU);
+    bad += check_fixed_v(&r, "2^24 + elements over two tensors", cu, 4, 2, C2, TU_ZIGZAG, 1, 0,
+                         NULL, NULL, 0, V_BIAS | V_SILU);
     TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
 }
 
-/* NaN and infinity in x, dy and w: GPU equals CPU with any NaN matching any NaN (GPU arithmetic
- * makes a canonical NaN, x86 keeps payloads; payloads are not part of the contract); every other
- * value bitwise. The poison is finite here (0x5a5a), so an unwritten element cannot pass as a NaN.
- * Every NaN the GPU writes to y or dx must be quiet. */
+/* NaN and infinity in x, dy, w and the bias, in every variant: GPU equals CPU bitwise (every NaN
+ * output is the canonical one on both), and equals the reference. The poison is finite here
+ * (0x5a5a), so an unwritten element cannot pass as a NaN. */
 void test_nan_inf(void **state) {
     (void)state;
     tu_rng r;
     tu_rng_init(&r, CT_STREAM_NAN);
     int bad = 0;
-    for (int trial = 0; trial < 10; trial++) {
+    for (int trial = 0; trial < 12; trial++) {
         int64_t *cu, C[3];
         int64_t ns = tu_random_cu(&r, 8, trial % 2 ? 400 : 12, &cu);
         int n = (int)tu_range(&r, 1, 3);
         tu_random_channels(&r, n, 48, C);
         cc_problem pb;
         cc_problem_init(&pb, &r, TU_MODERATE, cu, ns, n, C);
+        const int variant = (trial / 3) % TU_VARIANTS;
+        cc_problem_set_variant(&pb, &r, TU_MODERATE, variant);
         cc_inject_specials(&pb, &r, (int)tu_range(&r, 1, 4));
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
         int P = (int)tu_range(&r, 1, 4);
-        tu_set_ctx("NaN/inf trial %d: %s P=%d, T=%" PRId64 ", %d tensors", trial,
-                   tu_kind_name[kind], P, pb.T, n);
+        tu_set_ctx("NaN/inf trial %d (%s): %s P=%d, T=%" PRId64 ", %d tensors", trial,
+                   tu_variant_name[variant], tu_kind_name[kind], P, pb.T, n);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, kind, P, pb.cu, ns, tu_range(&r, 1, 8)));
-        bad += check_case(&pb, &tp, "NaN/inf", n <= TU_MAX_TENSORS, 0x5a, 1);
-        for (int k = 0; k < P; k++) { /* quiet NaNs only */
-            cc_rank rk;
-            cc_rank_init(&rk, &pb, &tp, k);
-            cc_launch l = {0, n, CAKE_COOPERATIVE_OFF, CC_WS_NULL, 0x5a, ct_stream};
-            cc_gpu_run(&rk, &l);
-            for (int i = 0; i < n; i++)
-                for (int64_t e = 0; e < rk.S * rk.C[i]; e++) {
-                    cake_bf16 v[2] = {rk.g_y[i][e], rk.g_dx[i][e]};
-                    for (int a = 0; a < 2; a++)
-                        if (tu_bf16_isnan(v[a]) && !(v[a] & 0x40)) {
-                            if (cc_printing())
-                                tu_report("%s[%d] row %" PRId64 " col %" PRId64
-                                          " (rank %d) is a signalling NaN 0x%04x",
-                                          a ? "dx" : "y", i, e / rk.C[i], e % rk.C[i], k, v[a]);
-                            bad++;
-                            e = rk.S * rk.C[i];
-                            break;
-                        }
-                }
-            cc_rank_free(&rk);
-        }
+        bad += check_case(&pb, &tp, "NaN/inf", n <= TU_MAX_TENSORS, 0x5a);
+        tu_partition_free(&tp);
+        cc_problem_free(&pb);
+    }
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* NaN in several operands at once (x and dy in the same rows and channel pairs, x of the next
+ * row, two weights, two bias values) beside infinities, in every variant, over short fragments
+ * and whole batches: GPU = CPU = reference bitwise, every NaN exactly 0x7FC0 / 0x7FC00000, in
+ * every launch form. */
+void test_nan_several_operands(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_NAN + 1);
+    int bad = 0;
+    for (int trial = 0; trial < 8; trial++) {
+        const int64_t cu_v[] = {0, 9, 9, 40, 41, 300 + 91 * trial}, C[2] = {16, 8};
+        cc_problem pb;
+        cc_problem_init(&pb, &r, TU_NARROW, cc_cu_copy(cu_v, 5), 5, 2, C);
+        const int variant = trial % TU_VARIANTS;
+        cc_problem_set_variant(&pb, &r, TU_NARROW, variant);
+        cc_inject_nan_operands(&pb, &r, 6 + trial);
+        tu_set_ctx("several NaN operands, trial %d (%s): T=%" PRId64, trial,
+                   tu_variant_name[variant], pb.T);
+        tu_partition tp;
+        if (trial < 4)
+            TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, pb.cu, 5, 1 + trial % 3));
+        else
+            TU_OK(tu_partition_make(&tp, &r, TU_CONTIGUOUS, 1, pb.cu, 5, 1));
+        bad += check_case(&pb, &tp, "several NaN operands", 1, 0x5a);
         tu_partition_free(&tp);
         cc_problem_free(&pb);
     }

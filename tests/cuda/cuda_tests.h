@@ -37,6 +37,7 @@ void test_block_boundaries(void **state);
 void test_tree_depths(void **state);
 void test_auto_large(void **state);
 void test_nan_inf(void **state);
+void test_nan_several_operands(void **state);
 
 /* cuda_bad_input.c */
 void test_bad_input(void **state);

@@ -1,7 +1,8 @@
-/* GPU equals CPU, bitwise, for y, dx and dw: random packed batches, partitions and channel counts
- * on every rank, every launch form (cooperative OFF, ON, AUTO), library and caller workspace;
- * multi equals single calls; calls of more than 8 tensors (split by the launcher); run to run;
- * and GPU against the independent reference of tests/reference.h.
+/* GPU equals CPU, bitwise, for y, dx, dw and dbias in every variant (no bias / bias x no
+ * activation / SiLU): random packed batches, partitions and channel counts on every rank, every
+ * launch form (cooperative OFF, ON, AUTO), library and caller workspace; multi equals single
+ * calls; calls of more than 8 tensors (split by the launcher); run to run; and GPU against the
+ * independent reference of tests/reference.h.
  *
  * Usage: test_cuda_conv            all tests (exit 77 when there is no GPU)
  *        test_cuda_conv --small    one small case of each kind, for compute-sanitizer
@@ -27,15 +28,16 @@ static const shape k_shapes[] = {{40, 4, 256}, {20, 40, 128}, {12, 300, 96}, {6,
 static const tu_profile k_profiles[] = {TU_MODERATE, TU_WIDE, TU_TINY};
 static const char *const k_profile_name[] = {"moderate", "wide", "tiny"};
 
-/* A random problem of n tensors; with force8 one of them has C = 8. */
+/* A random problem of n tensors in `variant`; with force8 one of them has C = 8. */
 static void random_problem(tu_rng *r, cc_problem *pb, const shape *sh, tu_profile prof, int n,
-                           int force8) {
+                           int force8, int variant) {
     int64_t *cu, C[CC_MAX_TENSORS];
     int64_t ns = tu_random_cu(r, sh->max_seqs, sh->max_len, &cu);
     tu_random_channels(r, n, sh->max_c, C);
     if (force8)
         C[tu_range(r, 0, n - 1)] = 8;
     cc_problem_init(pb, r, prof, cu, ns, n, C);
+    cc_problem_set_variant(pb, r, prof, variant);
 }
 
 static void describe_channels(const cc_problem *pb, char *buf, size_t size) {
@@ -55,19 +57,22 @@ void test_random_trials(void **state) {
         const shape *sh = &k_shapes[trial % 4];
         const int prof = (trial / 4) % 3;
         cc_problem pb;
-        random_problem(&r, &pb, sh, k_profiles[prof], (int)tu_range(&r, 1, 4), trial % 5 == 0);
+        /* every shape and profile in every variant: 12 trials per variant */
+        const int variant = trial / 12;
+        random_problem(&r, &pb, sh, k_profiles[prof], (int)tu_range(&r, 1, 4), trial % 5 == 0,
+                       variant);
         tu_kind kind = (tu_kind)((trial + trial / 4) % TU_KIND_COUNT); /* every shape, every kind */
         int P = (int)tu_range(&r, 1, 8);
         int64_t max_chunk = tu_range(&r, 1, trial % 2 ? 5 : 400);
         char chans[128];
         describe_channels(&pb, chans, sizeof chans);
-        tu_set_ctx("random trial %d: %s partition P=%d (max chunk %" PRId64 "), T=%" PRId64
+        tu_set_ctx("random trial %d (%s): %s partition P=%d (max chunk %" PRId64 "), T=%" PRId64
                    ", %" PRId64 " seqs, C={%s}, %s values",
-                   trial, tu_kind_name[kind], P, max_chunk, pb.T, pb.num_seqs, chans,
-                   k_profile_name[prof]);
+                   trial, tu_variant_name[variant], tu_kind_name[kind], P, max_chunk, pb.T,
+                   pb.num_seqs, chans, k_profile_name[prof]);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, kind, P, pb.cu, pb.num_seqs, max_chunk));
-        bad += cc_check_partition(&pb, &tp, "random", 0xff, 0, trial % 3 ? ct_stream : 0);
+        bad += cc_check_partition(&pb, &tp, "random", 0xff, trial % 3 ? ct_stream : 0);
         tu_partition_free(&tp);
         cc_problem_free(&pb);
     }
@@ -78,7 +83,7 @@ void test_random_trials(void **state) {
 typedef struct saved {
     int n;
     cake_bf16 *y[CC_MAX_TENSORS], *dx[CC_MAX_TENSORS];
-    float *dw[CC_MAX_TENSORS];
+    float *dw[CC_MAX_TENSORS], *dbias[CC_MAX_TENSORS];
 } saved;
 
 static void save(saved *s, const cc_rank *rk) {
@@ -94,6 +99,10 @@ static void save(saved *s, const cc_rank *rk) {
             memcpy(s->dx[i], rk->g_dx[i], rb);
         }
         memcpy(s->dw[i], rk->g_dw[i], wb);
+        if (rk->with_bias) {
+            s->dbias[i] = tu_malloc((size_t)rk->C[i] * 4);
+            memcpy(s->dbias[i], rk->g_dbias[i], (size_t)rk->C[i] * 4);
+        }
     }
 }
 
@@ -102,6 +111,7 @@ static void saved_free(saved *s) {
         free(s->y[i]);
         free(s->dx[i]);
         free(s->dw[i]);
+        free(s->dbias[i]);
     }
 }
 
@@ -112,11 +122,15 @@ static int compare_saved(const char *label, const cc_rank *rk, const saved *s, i
     char what[256];
     for (int i = first; i < first + count; i++) {
         snprintf(what, sizeof what, "%s: y[%d] (C=%" PRId64 ")", label, i, rk->C[i]);
-        bad += cc_diff16(what, rk->g_y[i], s->y[i], rk->S, rk->C[i], 0);
+        bad += cc_diff16(what, rk->g_y[i], s->y[i], rk->S, rk->C[i]);
         snprintf(what, sizeof what, "%s: dx[%d] (C=%" PRId64 ")", label, i, rk->C[i]);
-        bad += cc_diff16(what, rk->g_dx[i], s->dx[i], rk->S, rk->C[i], 0);
+        bad += cc_diff16(what, rk->g_dx[i], s->dx[i], rk->S, rk->C[i]);
         snprintf(what, sizeof what, "%s: dw[%d] (C=%" PRId64 ")", label, i, rk->C[i]);
-        bad += cc_diff32(what, rk->g_dw[i], s->dw[i], rk->C[i], 4, 0);
+        bad += cc_diff32(what, rk->g_dw[i], s->dw[i], rk->C[i], 4);
+        if (rk->with_bias) {
+            snprintf(what, sizeof what, "%s: dbias[%d] (C=%" PRId64 ")", label, i, rk->C[i]);
+            bad += cc_diff32(what, rk->g_dbias[i], s->dbias[i], 1, rk->C[i]);
+        }
     }
     return bad;
 }
@@ -131,13 +145,14 @@ void test_multi_equals_single(void **state) {
     for (int trial = 0; trial < 10 && bad < CT_MAX_REPORTS; trial++) {
         cc_problem pb;
         const shape sh = {10, trial % 2 ? 600 : 30, 136};
-        random_problem(&r, &pb, &sh, TU_MODERATE, (int)tu_range(&r, 2, 6), 1);
+        const int variant = (trial + 1) / 2 % TU_VARIANTS;
+        random_problem(&r, &pb, &sh, TU_MODERATE, (int)tu_range(&r, 2, 6), 1, variant);
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
         int P = (int)tu_range(&r, 1, 4);
         char chans[128];
         describe_channels(&pb, chans, sizeof chans);
-        tu_set_ctx("multi vs single trial %d: %s P=%d, T=%" PRId64 ", C={%s}", trial,
-                   tu_kind_name[kind], P, pb.T, chans);
+        tu_set_ctx("multi vs single trial %d (%s): %s P=%d, T=%" PRId64 ", C={%s}", trial,
+                   tu_variant_name[variant], tu_kind_name[kind], P, pb.T, chans);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, kind, P, pb.cu, pb.num_seqs, tu_range(&r, 1, 40)));
         for (int k = 0; k < P; k++) {
@@ -148,7 +163,7 @@ void test_multi_equals_single(void **state) {
                 char label[200];
                 snprintf(label, sizeof label, "multi call, cooperative=%s", cc_coop_name(forms[j]));
                 cc_gpu_run(&rk, &multi);
-                bad += cc_compare_truth(label, &rk, 0, pb.n, 0);
+                bad += cc_compare_truth(label, &rk, 0, pb.n);
                 saved s;
                 save(&s, &rk);
                 for (int i = 0; i < pb.n; i++) {
@@ -183,21 +198,22 @@ void test_more_than_eight_tensors(void **state) {
     for (int trial = 0; trial < 4 && bad < CT_MAX_REPORTS; trial++) {
         cc_problem pb;
         const shape sh = {8, trial % 2 ? 400 : 20, 48};
-        random_problem(&r, &pb, &sh, TU_MODERATE, counts[trial], 1);
+        const int variant = 3 - trial; /* bias + SiLU, SiLU, bias, plain */
+        random_problem(&r, &pb, &sh, TU_MODERATE, counts[trial], 1, variant);
         char chans[128];
         describe_channels(&pb, chans, sizeof chans);
-        tu_set_ctx("%d tensors in one call, trial %d: ranges P=3, T=%" PRId64 ", C={%s}", pb.n,
-                   trial, pb.T, chans);
+        tu_set_ctx("%d tensors in one call, trial %d (%s): ranges P=3, T=%" PRId64 ", C={%s}",
+                   pb.n, trial, tu_variant_name[variant], pb.T, chans);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, pb.cu, pb.num_seqs, tu_range(&r, 1, 60)));
         for (int k = 0; k < tp.P; k++) {
             cc_rank rk;
             cc_rank_init(&rk, &pb, &tp, k);
-            bad += cc_check_all_forms(&rk, "more than 8 tensors", 0xff, 0, ct_stream);
+            bad += cc_check_all_forms(&rk, "more than 8 tensors", 0xff, ct_stream);
             for (int j = 0; j < nforms && pb.n >= 12; j++) {
                 cc_launch l = {3, pb.n - 3, forms[j], (cc_workspace)(j % 2), 0xff, ct_stream};
                 cc_gpu_run(&rk, &l);
-                bad += cc_compare_truth("tensors [3, n) in one call", &rk, 3, pb.n - 3, 0);
+                bad += cc_compare_truth("tensors [3, n) in one call", &rk, 3, pb.n - 3);
             }
             cc_rank_free(&rk);
         }
@@ -215,11 +231,13 @@ void test_run_to_run(void **state) {
     cake_cooperative forms[3];
     const int nforms = cc_coop_forms(forms);
     int bad = 0;
-    for (int trial = 0; trial < 3 && bad < CT_MAX_REPORTS; trial++) {
+    for (int trial = 0; trial < 4 && bad < CT_MAX_REPORTS; trial++) {
         cc_problem pb;
         const shape sh = {6, 4000, 96};
-        random_problem(&r, &pb, &sh, k_profiles[trial], 3, 1);
-        tu_set_ctx("run to run trial %d: zigzag P=2, T=%" PRId64, trial, pb.T);
+        const int variant = (trial + 3) % TU_VARIANTS; /* bias + SiLU first */
+        random_problem(&r, &pb, &sh, k_profiles[trial % 3], 3, 1, variant);
+        tu_set_ctx("run to run trial %d (%s): zigzag P=2, T=%" PRId64, trial,
+                   tu_variant_name[variant], pb.T);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, TU_ZIGZAG, 2, pb.cu, pb.num_seqs, 1));
         for (int k = 0; k < tp.P; k++) {
@@ -239,7 +257,7 @@ void test_run_to_run(void **state) {
                     cc_gpu_run(&rk, &l);
                     bad += compare_saved(label, &rk, &first, 0, pb.n);
                 }
-                bad += cc_compare_truth("run to run, last run", &rk, 0, pb.n, 0);
+                bad += cc_compare_truth("run to run, last run", &rk, 0, pb.n);
                 saved_free(&first);
             }
             cc_rank_free(&rk);
@@ -261,11 +279,12 @@ void test_against_reference(void **state) {
     for (int trial = 0; trial < 8 && bad < CT_MAX_REPORTS; trial++) {
         cc_problem pb;
         const shape sh = {12, trial % 2 ? 700 : 12, 64};
-        random_problem(&r, &pb, &sh, k_profiles[trial % 3], (int)tu_range(&r, 1, 3), 1);
+        const int variant = (trial / 2 + 1) % TU_VARIANTS;
+        random_problem(&r, &pb, &sh, k_profiles[trial % 3], (int)tu_range(&r, 1, 3), 1, variant);
         tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
         int P = (int)tu_range(&r, 1, 5);
-        tu_set_ctx("GPU vs reference trial %d: %s P=%d, T=%" PRId64, trial, tu_kind_name[kind], P,
-                   pb.T);
+        tu_set_ctx("GPU vs reference trial %d (%s): %s P=%d, T=%" PRId64, trial,
+                   tu_variant_name[variant], tu_kind_name[kind], P, pb.T);
         tu_partition tp;
         TU_OK(tu_partition_make(&tp, &r, kind, P, pb.cu, pb.num_seqs, tu_range(&r, 1, 9)));
         tu_problem view = cc_problem_view(&pb);
@@ -280,7 +299,7 @@ void test_against_reference(void **state) {
                 char label[128];
                 snprintf(label, sizeof label, "GPU (cooperative=%s, rank %d) vs reference",
                          cc_coop_name(forms[j]), k);
-                bad += cc_compare_reference(label, &rk, &view, &ref, tp.l2g[k], 0);
+                bad += cc_compare_reference(label, &rk, &view, &ref, tp.l2g[k]);
             }
             cc_rank_free(&rk);
         }
@@ -319,6 +338,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(test_block_boundaries),
             cmocka_unit_test(test_tree_depths),
             cmocka_unit_test(test_nan_inf),
+            cmocka_unit_test(test_nan_several_operands),
             cmocka_unit_test(test_random_trials),
             cmocka_unit_test(test_multi_equals_single),
             cmocka_unit_test(test_more_than_eight_tensors),
