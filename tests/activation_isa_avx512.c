@@ -1,0 +1,16 @@
+/* The SiLU loops of tests/test_activation.c and tests/cuda/test_activation_cuda.cu built for
+ * the AVX-512 path: CMake gives this file the flags of src/conv_cpu_isa_avx512.c, so these
+ * loops vectorise as the library's AVX-512 kernels do (16 lanes). */
+#include "activation.h"
+
+#include <stdint.h>
+
+void cake_test_silu_loop_avx512(const float *in, float *silu, float *grad, int64_t n);
+
+void cake_test_silu_loop_avx512(const float *restrict in, float *restrict silu,
+                                float *restrict grad, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        silu[i] = cake_silu(in[i]);
+    for (int64_t i = 0; i < n; i++)
+        grad[i] = cake_silu_grad(in[i]);
+}

@@ -1,0 +1,141 @@
+/* SiLU and its derivative by the steps of docs/NUMERICS.md, "Activation" (step names below are
+ * the document's). Independent of src/activation.h: written from the document, not from the
+ * library. */
+#include "reference_activation.h"
+
+#include <math.h>
+#include <stdint.h>
+
+typedef union {
+    float f;
+    uint32_t u;
+} ref_word;
+
+static uint32_t bits_of(float f) {
+    ref_word w;
+    w.f = f;
+    return w.u;
+}
+
+static float float_of(uint32_t u) {
+    ref_word w;
+    w.u = u;
+    return w.f;
+}
+
+/* Steps E1-E6: everything both functions use. */
+typedef struct {
+    int negative;  /* E1 */
+    float t, ac;   /* E1 */
+    float hi, lo;  /* E5: the scaled e^-t */
+    float den;     /* E6: the E of the denominator */
+    float d, err;  /* E6 */
+    float s;       /* E6 */
+    int scaled;    /* E4 */
+} ref_common;
+
+static ref_common common_steps(float a) {
+    ref_common c;
+    const uint32_t in = bits_of(a);
+    /* E1: sign, |a| clamped to 128 as an unsigned minimum of the magnitude bits, a's sign on it */
+    c.negative = (in & 0x80000000u) != 0;
+    uint32_t magnitude = in & 0x7fffffffu;
+    if (magnitude > 0x43000000u)
+        magnitude = 0x43000000u;
+    c.t = float_of(magnitude);
+    c.ac = float_of(magnitude | (in & 0x80000000u));
+    /* E2: n = round-to-even(-t log2 e) through the 1.5 * 2^23 shifter */
+    const float shifted = fmaf(-c.t, 0x1.715476p+0f, 0x1.8p+23f);
+    const float n = shifted - 0x1.8p+23f;
+    /* E3: r = -t - n ln2, two steps */
+    float r = fmaf(n, -0x1.62e430p-1f, -c.t);
+    r = fmaf(n, 0x1.05c610p-29f, r);
+    /* E4: e^r = P(r) as hi + lo; the scale 2^n (2^(n+96) when n <= -64) */
+    const float coefficient[5] = {0x1.6a23f2p-10f, 0x1.123a0ap-7f, 0x1.5558f2p-5f,
+                                  0x1.555492p-3f, 0x1.fffffcp-2f};
+    float h = coefficient[0];
+    for (int i = 1; i < 5; i++)
+        h = fmaf(h, r, coefficient[i]);
+    h = fmaf(h, r, 1.0f);
+    const float e_hi = fmaf(h, r, 1.0f);
+    const float e_lo = fmaf(h, r, 1.0f - e_hi);
+    c.scaled = n <= -64.0f;
+    uint32_t exponent = (bits_of(shifted) << 23) + (127u << 23);
+    if (c.scaled)
+        exponent += 96u << 23;
+    const float scale = float_of(exponent);
+    /* E5 */
+    c.hi = e_hi * scale;
+    c.lo = e_lo * scale;
+    /* E6: the denominator 1 + E as d + err, and its correctly rounded reciprocal */
+    c.den = c.scaled ? 0.0f : c.hi;
+    c.d = 1.0f + c.den;
+    c.err = (1.0f - c.d) + c.den;
+    c.s = 1.0f / c.d;
+    return c;
+}
+
+/* A quotient (nh + nl) / (dh + dl) from the reciprocal s of dh (steps S4 and G5). */
+static float compensated_quotient(float nh, float nl, float dh, float dl, float s) {
+    const float q = nh * s;
+    float rest = fmaf(-q, dh, nh);
+    rest = rest + nl;
+    rest = fmaf(-q, dl, rest);
+    return fmaf(rest, s, q);
+}
+
+float ref_silu(float a) {
+    const ref_common c = common_steps(a);
+    /* S1-S2: the numerator ac * E' (E' = E for negative a, 1 otherwise) as a double-float */
+    float m_hi = 1.0f, m_lo = 0.0f;
+    if (c.negative) {
+        m_hi = c.hi;
+        m_lo = c.lo;
+    }
+    const float num_hi = c.ac * m_hi;
+    float num_lo = fmaf(c.ac, m_hi, -num_hi);
+    num_lo = fmaf(c.ac, m_lo, num_lo);
+    /* S3 */
+    float y = compensated_quotient(num_hi, num_lo, c.d, c.err, c.s);
+    /* S4: undo the scale */
+    if (c.negative && c.scaled)
+        y = y * 0x1p-96f;
+    /* S5: a's sign bit on the result */
+    if (c.negative)
+        y = float_of(bits_of(y) | 0x80000000u);
+    /* S6 */
+    if (isnan(a) || a > 128.0f)
+        return a;
+    return y;
+}
+
+float ref_silu_grad(float a) {
+    const ref_common c = common_steps(a);
+    /* G1: T = 1 + E + ac F, F = E for a >= 0 and 1 for negative a */
+    const float F = c.negative ? 1.0f : c.den;
+    float T = fmaf(c.ac, F, c.d);
+    T = T + c.err;
+    /* G2: numerator E' T as a double-float */
+    float m_hi = 1.0f, m_lo = 0.0f;
+    if (c.negative) {
+        m_hi = c.hi;
+        m_lo = c.lo;
+    }
+    const float num_hi = m_hi * T;
+    float num_lo = fmaf(m_hi, T, -num_hi);
+    num_lo = fmaf(m_lo, T, num_lo);
+    /* G3: (d + err)^2 as sq_hi + sq_lo, and s^2 */
+    const float s2 = c.s * c.s;
+    const float sq_hi = c.d * c.d;
+    float sq_lo = fmaf(c.d, c.d, -sq_hi);
+    sq_lo = fmaf(c.d + c.d, c.err, sq_lo);
+    /* G4 */
+    float g = compensated_quotient(num_hi, num_lo, sq_hi, sq_lo, s2);
+    /* G5 */
+    if (c.negative && c.scaled)
+        g = g * 0x1p-96f;
+    /* G6 */
+    if (isnan(a))
+        return a;
+    return g;
+}
