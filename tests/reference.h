@@ -43,6 +43,11 @@ void ref_dw(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x, c
 
 enum { REF_ACT_NONE = 0, REF_ACT_SILU = 1 };
 
+/* The tests' SiLU and its derivative (tests/reference_activation.h), for callers that evaluate
+ * single elements. */
+float ref_silu(float a);
+float ref_silu_grad(float a);
+
 /* What a call computes beyond the plain op: bias (NULL: none) and activation (REF_ACT_*). */
 typedef struct ref_params {
     const float *bias; /* [C] fp32, or NULL */

@@ -4,11 +4,7 @@
  * from the tests' own implementation (reference_activation.h). */
 #include "reference.h"
 
-#if defined(CAKE_TEST_REF_ACTIVATION_STUB)
-#include "ref_activation_stub.h" /* until tests/reference_activation.* exist */
-#else
 #include "reference_activation.h"
-#endif
 
 #include <math.h>
 #include <stdlib.h>
