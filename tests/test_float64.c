@@ -1,6 +1,7 @@
 /* A float64 check that catches a misread spec (wrong taps, rows from another sequence, missing
- * zero padding, flush to zero, truncation instead of rounding, a lost block): the library (and
- * the reference, which could share a misreading) against the exact convolution in double.
+ * zero padding, flush to zero, truncation instead of rounding, a lost block, a bias on the wrong
+ * channel or missing from dbias): the library (and the reference, which could share a
+ * misreading) against the exact convolution in double.
  *
  * Bounds. u = 2^-24 (fp32 unit roundoff), gamma(n) = n u / (1 - n u). Every fp32 rounding obeys
  * fl(z) = z (1 + d) + e with |d| <= u, |e| <= 2^-150 (e only for subnormal results). Products of
@@ -20,7 +21,14 @@
  * roundings in all, each underflow error amplified by at most 1 + gamma(K) < 2:
  *     |dw - E| <= gamma(K) sum|t| + (S + nb) 2^-149 + e_d,
  * i.e. a relative error of gamma(K) (about 1.6e-5 for K = 264) with respect to sum|dy x|. An
- * empty rank gives exactly +0.0. */
+ * empty rank gives exactly +0.0.
+ *
+ * With a bias (no activation; SiLU's own bound is tests/test_activation.c's): y = bf16(fl(A + b)).
+ * The add rounds once, exactly when the result is subnormal: |fl(A + b) - E| <= D' = D + e_d +
+ * u (|E| + D + e_d) with E = sum t + b, and then, as above, |y - E| <= D' + 2^-8 (|E| + D') +
+ * 2^-134. dx and dw do not see the bias (g = dy). dbias = the tree sum of 256-row block sums of
+ * dy: additions only, each term through at most K of them, no underflow error:
+ *     |dbias - E| <= gamma(K) sum|dy| + e_d. */
 #include "test_util.h"
 
 #include <inttypes.h>
@@ -196,10 +204,113 @@ static void test_partitions(void **state) {
     }
 }
 
+/* y (with the bias) and dbias of local rows l2g[0..S) (NULL: global order) against the exact
+ * values; dx and dw are checked by check_rows / check_dw, the bias does not reach them. */
+static void check_bias(const char *who, const tu_problem *pb, int i, const cake_bf16 *y,
+                       const float *dbias, const int64_t *l2g, int64_t S, const int64_t *seq_of) {
+    int64_t C = pb->C[i], nb = (S + 255) / 256, depth = 0;
+    while (((int64_t)1 << depth) < nb)
+        depth++;
+    const int64_t K = (S < 256 ? S : 256) + depth;
+    const double u = 0x1p-24;
+    for (int64_t t = 0; t < S; t++) {
+        const int64_t g = l2g ? l2g[t] : t;
+        for (int64_t c = 0; c < C; c++) {
+            double sabs, e = exact_row(pb, i, 0, g, c, seq_of, &sabs) + (double)pb->bias[i][c];
+            const double ed = 0x1p-50 * (sabs + fabs((double)pb->bias[i][c]));
+            const double D = gamma_n(4) * sabs + 4 * 0x1p-149 + ed;
+            const double Dv = D + u * (fabs(e) + D);
+            const double bound = Dv + 0x1p-8 * (fabs(e) + Dv) + 0x1p-134;
+            const double got = (double)tu_bf16_to_f32(y[t * C + c]);
+            TU_CHECK(fabs(got - e) <= bound, /* false for NaN */
+                     "%s: y[%d] row %" PRId64 " (global %" PRId64 ") col %" PRId64
+                     " with bias %.9g: %.9g, exact %.17g, bound %.3g",
+                     who, i, t, g, c, (double)pb->bias[i][c], got, e, bound);
+        }
+    }
+    for (int64_t c = 0; c < C; c++) {
+        double e = 0, a = 0;
+        for (int64_t t = 0; t < S; t++) {
+            const double v = (double)tu_bf16_to_f32(pb->dy[i][(l2g ? l2g[t] : t) * C + c]);
+            e += v;
+            a += fabs(v);
+        }
+        if (S == 0) {
+            uint32_t bits;
+            memcpy(&bits, &dbias[c], 4);
+            TU_CHECK(bits == 0, "%s: empty rank dbias[%d][%" PRId64 "] = 0x%08x, want +0.0", who,
+                     i, c, (unsigned)bits);
+            continue;
+        }
+        const double bound = gamma_n(K) * a + (double)S * 0x1p-52 * a;
+        TU_CHECK(fabs((double)dbias[c] - e) <= bound,
+                 "%s: dbias[%d][%" PRId64 "] = %.9g, exact %.17g, |err| %.3g > bound %.3g "
+                 "(S %" PRId64 ")",
+                 who, i, c, (double)dbias[c], e, fabs((double)dbias[c] - e), bound, S);
+    }
+}
+
+/* A bias without activation, single rank and every rank of random partitions: y, dbias (and dx,
+ * dw, which it does not change) within their float64 bounds, for the library and the
+ * reference. */
+static void test_bias(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 303);
+    for (int trial = 0; trial < 60; trial++) {
+        int64_t *cu, C[TU_MAX_TENSORS];
+        int64_t ns = tu_random_cu(&r, 10, trial % 3 == 0 ? 600 : 60, &cu);
+        int n = (int)tu_range(&r, 1, 2);
+        tu_random_channels(&r, n, 24, C);
+        tu_problem pb;
+        tu_partition tp;
+        const tu_profile prof = profiles[trial % 3];
+        tu_problem_init(&pb, &r, prof, cu, ns, n, C);
+        tu_problem_set_params(&pb, &r, prof, 1, CAKE_ACTIVATION_NONE);
+        tu_kind kind = (tu_kind)(trial % TU_KIND_COUNT);
+        int P = (int)tu_range(&r, 1, 5);
+        tu_set_ctx("float64 bias trial %d: profile %d, %s P=%d, T=%" PRId64, trial, (int)prof,
+                   tu_kind_name[kind], P, pb.T);
+        TU_OK(tu_partition_make(&tp, &r, kind, P, cu, ns, tu_range(&r, 1, 300)));
+        int64_t *seq_of = tu_seq_of_rows(cu, ns), *l2g = tu_malloc((size_t)pb.T * sizeof *l2g);
+        for (int64_t t = 0; t < pb.T; t++)
+            l2g[t] = t;
+        tu_rank_out o;
+        TU_OK(tu_run_single(&pb, NULL, &o));
+        tu_ref ref;
+        tu_ref_compute(&ref, &pb);
+        for (int i = 0; i < n; i++) {
+            check_bias("library", &pb, i, o.y[i], o.dbias[i], NULL, pb.T, seq_of);
+            check_dw("library", &pb, i, o.dw[i], NULL, pb.T, seq_of);
+            float *rdw = tu_malloc((size_t)C[i] * 16), *rdb = tu_malloc((size_t)C[i] * 4);
+            ref_grads_from_g(cu, ns, C[i], pb.x[i], ref.g[i], l2g, pb.T, rdw, rdb);
+            check_bias("reference", &pb, i, ref.y[i], rdb, NULL, pb.T, seq_of);
+            free(rdw);
+            free(rdb);
+        }
+        tu_ref_free(&ref);
+        tu_rank_out_free(&o);
+        for (int k = 0; k < P; k++) {
+            TU_OK(tu_run_rank(&pb, &tp, k, NULL, 0, &o));
+            for (int i = 0; i < n; i++) {
+                check_bias("library rank", &pb, i, o.y[i], o.dbias[i], tp.l2g[k], o.S, seq_of);
+                check_dw("library rank", &pb, i, o.dw[i], tp.l2g[k], o.S, seq_of);
+            }
+            tu_rank_out_free(&o);
+        }
+        free(seq_of);
+        free(l2g);
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_rank),
         cmocka_unit_test(test_partitions),
+        cmocka_unit_test(test_bias),
     };
     tu_seed();
     return cmocka_run_group_tests(tests, NULL, NULL);
