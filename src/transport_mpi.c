@@ -109,7 +109,8 @@ static cake_status mpi_failure(const char *what, int rc, const MPI_Status *statu
      * the rest of the message. */
     for (char *c = text; *c; c++)
         if (*c == '\n' || *c == '\t') *c = ' ';
-    if (strlen(text) > MAX_MPI_TEXT) memcpy(text + MAX_MPI_TEXT - 3, "...", 4);
+    const size_t keep = sizeof text - 1 < MAX_MPI_TEXT ? sizeof text - 1 : MAX_MPI_TEXT;
+    if (strlen(text) > keep) memcpy(text + keep - 3, "...", 4);
     if (!text[0]) snprintf(text, sizeof text, "(no text from MPI_Error_string)");
     MPI_Error_class(error, &error_class);
     char where[96] = "";

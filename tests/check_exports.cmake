@@ -4,8 +4,8 @@
 #           runtime symbol);
 #   static: every global symbol it defines is cake_-prefixed (internal ones included: a static
 #           library cannot hide them, but they must not clash with the user's) or local to a
-#           C++ anonymous namespace (nvcc's kernels and helpers), or the C++ personality
-#           reference.
+#           C++ anonymous namespace (nvcc's kernels and helpers), the C++ personality
+#           reference, or a sanitizer's instrumentation (__odr_asan.*, a sanitizer build).
 # Variables: NM (the nm program), LIB (the library file), MODE (shared or static), HEADERS (a
 # ;-separated list of public headers; shared only).
 foreach(var NM LIB MODE)
@@ -68,7 +68,8 @@ else()
   set(bad "")
   foreach(name IN LISTS defined)
     if(NOT name MATCHES "^cake_" AND NOT name MATCHES "_GLOBAL__N_" AND
-       NOT name STREQUAL "DW.ref.__gxx_personality_v0")
+       NOT name STREQUAL "DW.ref.__gxx_personality_v0" AND
+       NOT name MATCHES "^__(odr_asan|asan|ubsan|sancov)")
       list(APPEND bad "${name}")
     endif()
   endforeach()
