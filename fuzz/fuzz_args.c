@@ -2,7 +2,8 @@
  * short program of calls on one small problem: CPU kernels on one rank of a small partition, the
  * single-rank calls, and the context calls over one-rank contexts (whose transport must never
  * run), with random tensor and channel counts, NULL pointers anywhere, aliased outputs, bad
- * options and recompute handles, plus key-store and context-creation calls. A spec oracle
+ * options and recompute handles, random params (SiLU, a bias and its dbias, an activation out of
+ * range, bias without dbias and the reverse), plus key-store and context-creation calls. A spec oracle
  * decides which arguments are bad. Every buffer is its own exact-size heap block (ASan sees any
  * stray access) and every output starts as a sentinel: a failed call must name a bad argument
  * and leave every output, input and handle as it was; a successful one must match the test
@@ -19,11 +20,13 @@
 enum { CAP_C = 64, MAX_OPS = 16 };
 enum op { OP_CPU_FWD, OP_CPU_BWD, OP_SR_FWD, OP_SR_BWD, OP_FWD, OP_BWD, OP_FWD_MULTI,
           OP_BWD_MULTI, OP_TENSOR_COUNT, OP_HANDLE = OP_TENSOR_COUNT, OP_CTX_CREATE };
-/* The arrays a call may take; HIN is history as an input, HOUT the CP forward's output. */
-enum arr { A_X, A_W, A_HIN, A_DY, A_FUT, A_Y, A_HOUT, A_DX, A_DW, A_COUNT };
+/* The arrays a call may take; HIN is history as an input, HOUT the CP forward's output; BIAS
+ * and DBIAS are params->bias and params->dbias (taken when the call passes them). */
+enum arr { A_X, A_W, A_HIN, A_DY, A_FUT, A_BIAS, A_Y, A_HOUT, A_DX, A_DW, A_DBIAS, A_COUNT };
 static const char *const arr_name[A_COUNT] = {"x", "w", "history", "dy", "future",
-                                              "y", "history", "dx", "dw"};
-static const int arr_output[A_COUNT] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+                                              "params->bias", "y", "history", "dx", "dw",
+                                              "params->dbias"};
+static const int arr_output[A_COUNT] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
 static const unsigned op_arrays[OP_TENSOR_COUNT] = {
     [OP_CPU_FWD] = 1u << A_X | 1u << A_W | 1u << A_HIN | 1u << A_Y,
     [OP_CPU_BWD] = 1u << A_X | 1u << A_W | 1u << A_HIN | 1u << A_DY | 1u << A_FUT | 1u << A_DX | 1u << A_DW,
@@ -69,6 +72,10 @@ typedef struct call {
     size_t real[A_COUNT][SLOTS]; /* bytes that really lie behind pass[][] */
     int outer_null[A_COUNT];
     int null_plan, null_options;
+    /* params: NULL (with_params 0), or an activation (maybe out of range) with a bias and a
+     * dbias each passed or not (params->bias / params->dbias NULL when not) */
+    int with_params, bias_on, dbias_on;
+    int activation;
     cake_cpu_options opt;
     int64_t sr_cu[16], sr_num_seqs;
     int sr_cu_null;
@@ -139,9 +146,31 @@ static float *weights(const world *w, int slot, int64_t C) {
     return a;
 }
 
+static float *bias_values(const world *w, int slot, int64_t C) {
+    float *a = fz_malloc(sizeof(float) * (size_t)C);
+    const uint64_t stream = fz_hash(w->seed, (uint64_t)(slot * 4 + 3) << 32 | (uint64_t)C);
+    for (int64_t k = 0; k < C; k++) a[k] = fz_weight(stream, (uint64_t)k, 0);
+    return a;
+}
+
 /* ---- building a call ------------------------------------------------------------------------ */
 
-static int uses(const call *c, int a) { return (op_arrays[c->op] >> a) & 1u; }
+static int backward_op(int op) {
+    return op == OP_CPU_BWD || op == OP_SR_BWD || op == OP_BWD || op == OP_BWD_MULTI;
+}
+
+/* The array is one the call passes: the op's, and the params' arrays when given (a forward
+ * ignores dbias, so it takes none). */
+static int uses(const call *c, int a) {
+    if (a == A_BIAS) return c->with_params && c->bias_on;
+    if (a == A_DBIAS) return c->with_params && c->dbias_on && backward_op(c->op);
+    return (op_arrays[c->op] >> a) & 1u;
+}
+
+/* The call's activation is SiLU (and valid): the future pools carry x after dy. */
+static int silu(const call *c) {
+    return c->with_params && c->activation == CAKE_ACTIVATION_SILU;
+}
 
 static int valid_channels(int64_t C) { return C > 0 && C % 8 == 0; }
 
@@ -149,7 +178,10 @@ static int valid_channels(int64_t C) { return C > 0 && C % 8 == 0; }
 static __int128 claimed_bytes(const call *c, int a, int i) {
     const __int128 C = c->ch[i];
     if (a == A_W || a == A_DW) return C * 16;
-    const int64_t rows = a == A_HIN || a == A_HOUT || a == A_FUT ? c->pool : c->S;
+    if (a == A_BIAS || a == A_DBIAS) return C * 4;
+    const __int128 rows = a == A_HIN || a == A_HOUT ? c->pool
+                          : a == A_FUT              ? (__int128)c->pool * (silu(c) ? 2 : 1)
+                                                    : c->S;
     return C * rows * 2;
 }
 
@@ -169,19 +201,27 @@ static void make_buffers(const world *w, call *c) {
         cake_bf16 *xg = global_rows(w, 0, i, C, pb->T), *dyg = global_rows(w, 1, i, C, pb->T);
         for (int a = 0; a < A_COUNT; a++) {
             if (!uses(c, a)) continue;
-            const int64_t rows = a == A_HIN || a == A_HOUT || a == A_FUT ? pb->pool : pb->S;
-            const size_t bytes = (size_t)(a == A_W || a == A_DW ? 16 * C : 2 * rows * C);
+            const int64_t rows = a == A_HIN || a == A_HOUT ? pb->pool
+                                 : a == A_FUT              ? pb->pool * (silu(c) ? 2 : 1)
+                                                           : pb->S;
+            const size_t bytes = (size_t)(a == A_W || a == A_DW       ? 16 * C
+                                          : a == A_BIAS || a == A_DBIAS ? 4 * C
+                                                                        : 2 * rows * C);
             c->bytes[a][i] = bytes;
             if (arr_output[a]) {
                 c->own[a][i] = malloc(bytes);
                 memset(c->own[a][i], FZ_SENTINEL, bytes);
                 continue;
             }
-            void *buf = malloc(bytes);
+            void *buf = malloc(bytes ? bytes : 1);
             if (a == A_W) {
                 float *wt = weights(w, i, C);
                 memcpy(buf, wt, bytes);
                 free(wt);
+            } else if (a == A_BIAS) {
+                float *b = bias_values(w, i, C);
+                memcpy(buf, b, bytes);
+                free(b);
             } else if (a == A_X || a == A_DY) {
                 const cake_bf16 *g = a == A_X ? xg : dyg;
                 for (int64_t t = 0; t < pb->S; t++)
@@ -189,6 +229,9 @@ static void make_buffers(const world *w, call *c) {
             } else {
                 fz_pools(pb->frags, pb->nf, C, xg, dyg, a == A_HIN ? buf : NULL,
                          a == A_FUT ? buf : NULL);
+                if (a == A_FUT && silu(c)) /* then x at the same rows (cake.h) */
+                    fz_pools(pb->frags, pb->nf, C, NULL, xg, NULL,
+                             (cake_bf16 *)buf + pb->pool * C);
             }
             c->own[a][i] = buf;
             c->copy[a][i] = exact_copy(buf, bytes);
@@ -206,7 +249,7 @@ static void mutate(fz_reader *r, call *c) {
         const uint8_t t = fz_u8(r);
         const int a = fz_u8(r) % A_COUNT, i = c->m ? fz_u8(r) % c->m : 0;
         switch (t % 8) {
-        case 0: if (uses(c, a)) c->outer_null[a] = 1; break;
+        case 0: if (uses(c, a) && a != A_BIAS && a != A_DBIAS) c->outer_null[a] = 1; break;
         case 1: if (uses(c, a) && c->m) c->pass[a][i] = NULL; break;
         case 2: case 3: { /* an output aliases another array, at an offset inside it */
             const int src = fz_u8(r) % A_COUNT, j = c->m ? fz_u8(r) % c->m : 0;
@@ -263,12 +306,16 @@ static void judge(const world *w, call *c) {
     for (int i = 0; i < c->m && c->channels; i++) {
         /* Arrays of more than INT64_MAX bytes cannot exist: x (S rows) makes the call bad;
          * near that edge (other arrays, 4- or 8-byte elements) failing is allowed too. */
-        const __int128 C = c->ch[i], S = c->S, pool = c->pool;
+        const __int128 C = c->ch[i], S = c->S, pool = 2 * (__int128)c->pool;
         if (!valid_channels(c->ch[i]) || (c->rows_known && C * S * 2 > INT64_MAX))
             name(c, "channels");
         else if (C * 16 > INT64_MAX || C * (S > pool ? S : pool) * 8 > INT64_MAX)
-            also(c, "channels");
+            also(c, "channels"); /* sizes checked for future pools of 2 * pool rows too */
     }
+    if (c->with_params && (c->activation < 0 || c->activation >= CAKE_ACTIVATION_COUNT))
+        name(c, "params->activation");
+    if (c->with_params && backward_op(c->op) && c->bias_on != c->dbias_on)
+        name(c, "params->dbias"); /* a backward with a bias writes dbias, and only then */
     if (c->n < 1 || !c->channels) goto options; /* the arrays have no defined length */
     for (int a = 0; a < A_COUNT; a++) {
         if (!uses(c, a)) continue;
@@ -329,42 +376,49 @@ static cake_status invoke(world *w, call *c) {
     cake_ctx *ctx = c->null_plan ? NULL : w->ctx[c->ctx_index];
     cake_recompute_handle *h = c->handle_index >= 0 ? w->handles[c->handle_index].h : NULL;
     const cake_plan *plan = c->null_plan ? NULL : c->pb->plan;
+    /* A forward given dbias ignores it: pass an array of NULL entries then. */
+    static float *const no_dbias[SLOTS] = {NULL};
+    const cake_conv_params par = {
+        (cake_activation)c->activation,
+        c->bias_on ? (const float *const *)c->pass[A_BIAS] : NULL,
+        !c->dbias_on ? NULL : backward_op(c->op) ? (float *const *)c->pass[A_DBIAS] : no_dbias};
+    const cake_conv_params *p = c->with_params ? &par : NULL;
     switch (c->op) {
     case OP_CPU_FWD:
         return cake_cpu_forward(plan, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                ARR(A_W, const float), NULL, ARR(A_HIN, const cake_bf16),
+                                ARR(A_W, const float), p, ARR(A_HIN, const cake_bf16),
                                 ARR(A_Y, cake_bf16), opt);
     case OP_CPU_BWD:
         return cake_cpu_backward(plan, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                 ARR(A_W, const float), NULL, ARR(A_HIN, const cake_bf16),
+                                 ARR(A_W, const float), p, ARR(A_HIN, const cake_bf16),
                                  ARR(A_DY, const cake_bf16), ARR(A_FUT, const cake_bf16),
                                  ARR(A_DX, cake_bf16), ARR(A_DW, float), opt);
     case OP_SR_FWD:
         return cake_cpu_forward_single_rank(cu, c->sr_num_seqs, c->n, c->channels,
-                                            ARR(A_X, const cake_bf16), ARR(A_W, const float), NULL,
+                                            ARR(A_X, const cake_bf16), ARR(A_W, const float), p,
                                             ARR(A_Y, cake_bf16), opt);
     case OP_SR_BWD:
         return cake_cpu_backward_single_rank(cu, c->sr_num_seqs, c->n, c->channels,
-                                             ARR(A_X, const cake_bf16), ARR(A_W, const float), NULL,
+                                             ARR(A_X, const cake_bf16), ARR(A_W, const float), p,
                                              ARR(A_DY, const cake_bf16), ARR(A_DX, cake_bf16),
                                              ARR(A_DW, float), opt);
     case OP_FWD:
         return cake_forward(ctx, c->ch[0], (const cake_bf16 *)c->pass[A_X][0],
-                            (const float *)c->pass[A_W][0], NULL, (cake_bf16 *)c->pass[A_Y][0],
+                            (const float *)c->pass[A_W][0], p, (cake_bf16 *)c->pass[A_Y][0],
                             (cake_bf16 *)c->pass[A_HOUT][0], h);
     case OP_BWD:
         return cake_backward(ctx, c->ch[0], (const cake_bf16 *)c->pass[A_X][0],
-                             (const float *)c->pass[A_W][0], NULL,
-                                 (const cake_bf16 *)c->pass[A_HIN][0],
+                             (const float *)c->pass[A_W][0], p,
+                             (const cake_bf16 *)c->pass[A_HIN][0],
                              (const cake_bf16 *)c->pass[A_DY][0], (cake_bf16 *)c->pass[A_DX][0],
                              (float *)c->pass[A_DW][0]);
     case OP_FWD_MULTI:
         return cake_forward_multi(ctx, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                  ARR(A_W, const float), NULL, ARR(A_Y, cake_bf16),
+                                  ARR(A_W, const float), p, ARR(A_Y, cake_bf16),
                                   ARR(A_HOUT, cake_bf16), h);
     default:
         return cake_backward_multi(ctx, c->n, c->channels, ARR(A_X, const cake_bf16),
-                                   ARR(A_W, const float), NULL, ARR(A_HIN, const cake_bf16),
+                                   ARR(A_W, const float), p, ARR(A_HIN, const cake_bf16),
                                    ARR(A_DY, const cake_bf16), ARR(A_DX, cake_bf16),
                                    ARR(A_DW, float));
     }
@@ -378,30 +432,37 @@ static void check_inputs_kept(const call *c, const char *what) {
                          "%s: input %s[%d] changed", what, arr_name[a], i);
 }
 
-/* Outputs against the reference over the problem's global rows. */
+/* Outputs against the reference over the problem's global rows, with the call's bias and
+ * activation (tests/reference.h). */
 static void check_results(const world *w, const call *c, const char *what) {
     const problem *pb = c->pb;
     for (int i = 0; i < c->m; i++) {
         const int64_t C = c->ch[i], T = pb->T, S = pb->S;
         cake_bf16 *xg = global_rows(w, 0, i, C, T), *dyg = global_rows(w, 1, i, C, T);
-        float *wt = weights(w, i, C);
+        float *wt = weights(w, i, C), *bias = uses(c, A_BIAS) ? bias_values(w, i, C) : NULL;
+        const ref_params rp = {bias, silu(c) ? REF_ACT_SILU : REF_ACT_NONE};
         cake_bf16 *ref = fz_malloc(sizeof(cake_bf16) * (size_t)(T * C));
         cake_bf16 *want = fz_malloc(sizeof(cake_bf16) * (size_t)((S > pb->pool ? S : pb->pool) * C));
+        float dw[4 * CAP_C], dbias[CAP_C];
+        int grads = 0;
         int64_t at = -1;
-        for (int a = A_Y; a <= A_DW; a++) {
+        for (int a = A_Y; a < A_COUNT; a++) {
             if (!uses(c, a) || c->pass[a][i] != c->own[a][i]) continue; /* aliased, empty */
-            if (a == A_DW) {
-                float dw[4 * CAP_C];
-                ref_dw(pb->cu, pb->num_seqs, C, xg, dyg, pb->l2g, S, dw);
-                FZ_CHECK(fz_same_f32(c->own[a][i], dw, 4 * C, &at), "%s: dw[%d] differs from the "
-                         "reference at %" PRId64, what, i, at);
+            if (a == A_DW || a == A_DBIAS) {
+                if (!grads++)
+                    ref_grads_p(pb->cu, pb->num_seqs, C, xg, wt, &rp, dyg, pb->l2g, S, dw,
+                                uses(c, A_DBIAS) ? dbias : NULL);
+                FZ_CHECK(fz_same_f32(c->own[a][i], a == A_DW ? dw : dbias,
+                                     a == A_DW ? 4 * C : C, &at),
+                         "%s: %s[%d] differs from the reference at %" PRId64, what, arr_name[a],
+                         i, at);
                 continue;
             }
             if (a == A_HOUT) {
                 fz_pools(pb->frags, pb->nf, C, xg, NULL, want, NULL);
             } else {
-                if (a == A_Y) ref_forward(pb->cu, pb->num_seqs, C, xg, wt, ref);
-                else ref_backward_dx(pb->cu, pb->num_seqs, C, dyg, wt, ref);
+                if (a == A_Y) ref_forward_p(pb->cu, pb->num_seqs, C, xg, wt, &rp, ref);
+                else ref_backward_dx_p(pb->cu, pb->num_seqs, C, xg, wt, &rp, dyg, ref);
                 for (int64_t t = 0; t < S; t++)
                     memcpy(want + t * C, ref + pb->l2g[t] * C, sizeof(cake_bf16) * (size_t)C);
             }
@@ -412,6 +473,7 @@ static void check_results(const world *w, const call *c, const char *what) {
         free(xg);
         free(dyg);
         free(wt);
+        free(bias);
         free(ref);
         free(want);
     }
@@ -443,6 +505,9 @@ static void print_call(const call *c, const char *what) {
             if (c->pass[a][i] != c->own[a][i])
                 fprintf(stderr, ", %s[%d] %s", arr_name[a], i, c->pass[a][i] ? "aliased" : "NULL");
     }
+    if (c->with_params)
+        fprintf(stderr, ", params {activation %d, bias %s, dbias %s}", c->activation,
+                c->bias_on ? "given" : "NULL", c->dbias_on ? "given" : "NULL");
     fprintf(stderr, "\n  expected: %s", c->num_bad ? "failure naming" : "success");
     for (int k = 0; k < c->num_names; k++) fprintf(stderr, " %s", c->names[k]);
     fputc('\n', stderr);
@@ -477,6 +542,16 @@ static void tensor_op(fz_reader *r, world *w, int op) {
     const uint8_t ob = fz_u8(r);
     c->opt = (cake_cpu_options){1 + ob % 3, isas[(ob >> 2) % 4]};
     if (!cake_cpu_isa_supported(c->opt.isa)) c->opt.isa = CAKE_CPU_ISA_AUTO;
+    /* params: byte 0 (an exhausted input) passes NULL; else a bias (bit 2), dbias with it but
+     * one time in eight the other way, and an activation: none, SiLU or a hostile value. */
+    const uint8_t pb = fz_u8(r);
+    c->with_params = pb % 4 != 0;
+    if (c->with_params) {
+        const uint8_t q = fz_u8(r);
+        c->activation = q < 224 ? q % 2 : fz_hostile_int(r);
+        c->bias_on = (pb >> 2) & 1;
+        c->dbias_on = c->bias_on ^ ((pb >> 3) % 8 == 0);
+    }
     make_buffers(w, c);
     mutate(r, c);
     if (op == OP_FWD || op == OP_BWD) { /* scalars and plain pointers: no array to be NULL */
@@ -516,7 +591,8 @@ static void tensor_op(fz_reader *r, world *w, int op) {
                              arr_name[a], i);
     } else {
         FZ_CHECK(st == CAKE_SUCCESS, "%s: valid call failed: %s", what, cake_last_error());
-        fz_count("%s: valid%s", what, c->handle_index >= 0 ? " with a recompute handle" : "");
+        fz_count("%s: valid%s%s%s", what, c->handle_index >= 0 ? " with a recompute handle" : "",
+                 silu(c) ? ", SiLU" : "", uses(c, A_BIAS) ? ", bias" : "");
         check_results(w, c, what);
         if (hm && !hm->conv) { /* the first forward with a handle fills "conv" */
             hm->conv = 1;

@@ -1,8 +1,9 @@
 /* Harness: the op itself on small valid inputs (T <= 64, C in {8, 16, 24}, n <= 3, 1-3 threads,
- * every supported ISA), bit for bit against the test reference (tests/reference.c): first through
- * the single-rank calls, then on every rank of a random partition with pools taken from global
- * data. Values include NaN, infinities, subnormals and raw bit patterns from the input; any NaN
- * equals any NaN (payloads are not part of SPEC 3). */
+ * every supported ISA, params NULL or SiLU and a bias in any combination), bit for bit against
+ * the test reference (tests/reference.h, with bias and SiLU): first through the single-rank
+ * calls, then on every rank of a random partition with pools taken from global data. Values
+ * include NaN, infinities, subnormals and raw bit patterns from the input; NaN outputs must be
+ * the canonical NaN (SPEC 3), compared bit for bit. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,25 @@ typedef struct problem {
     int64_t C[MAX_N];
     cake_bf16 *x[MAX_N], *dy[MAX_N];
     float *w[MAX_N];
+    /* params: NULL (with_params 0), or SiLU or none with a bias or none */
+    int with_params, silu, with_bias;
+    float *bias[MAX_N];
     cake_bf16 *y[MAX_N], *dx[MAX_N]; /* the reference's, global */
 } problem;
+
+static ref_params ref_params_of(const problem *pb, int i) {
+    const ref_params p = {pb->with_params && pb->with_bias ? pb->bias[i] : NULL,
+                          pb->with_params && pb->silu ? REF_ACT_SILU : REF_ACT_NONE};
+    return p;
+}
+
+/* The library's params for tensors [first, ...), with `dbias` the outputs (may be NULL). */
+static cake_conv_params params_of(const problem *pb, int first, float *const *dbias) {
+    const cake_conv_params p = {pb->silu ? CAKE_ACTIVATION_SILU : CAKE_ACTIVATION_NONE,
+                                pb->with_bias ? (const float *const *)pb->bias + first : NULL,
+                                pb->with_bias ? dbias : NULL};
+    return p;
+}
 
 static cake_bf16 value(fz_reader *r, int profile, uint64_t stream, uint64_t k) {
     if (profile == 2 && fz_left(r)) return fz_u16(r); /* raw bits: any pattern at all */
@@ -49,6 +67,10 @@ static void problem_init(fz_reader *r, fz_reader *values, problem *pb) {
     pb->T = pb->cu[pb->num_seqs];
     pb->n = 1 + fz_u8(r) % MAX_N;
     const int profile = fz_u8(r) % 3;
+    const uint8_t pp = fz_u8(r); /* 0 (an exhausted input): params NULL */
+    pb->with_params = pp % 4 != 0;
+    pb->silu = pb->with_params && ((pp >> 2) & 1);
+    pb->with_bias = pb->with_params && ((pp >> 3) & 1);
     for (int i = 0; i < pb->n; i++) {
         const int64_t C = pb->C[i] = 8 * (1 + fz_u8(r) % 3), TC = pb->T * C;
         pb->x[i] = fz_malloc(sizeof(cake_bf16) * (size_t)TC);
@@ -59,10 +81,15 @@ static void problem_init(fz_reader *r, fz_reader *values, problem *pb) {
             pb->x[i][k] = value(values, profile, seed + 3 * i + 1, (uint64_t)k);
             pb->dy[i][k] = value(values, profile, seed + 3 * i + 2, (uint64_t)k);
         }
+        pb->bias[i] = fz_malloc(sizeof(float) * (size_t)C);
+        for (int64_t k = 0; k < C; k++)
+            pb->bias[i][k] = weight(values, profile, seed + 3 * i + 3 * MAX_N, (uint64_t)k);
         pb->y[i] = fz_malloc(sizeof(cake_bf16) * (size_t)TC);
         pb->dx[i] = fz_malloc(sizeof(cake_bf16) * (size_t)TC);
-        ref_forward(pb->cu, pb->num_seqs, C, pb->x[i], pb->w[i], pb->y[i]);
-        ref_backward_dx(pb->cu, pb->num_seqs, C, pb->dy[i], pb->w[i], pb->dx[i]);
+        const ref_params rp = ref_params_of(pb, i);
+        ref_forward_p(pb->cu, pb->num_seqs, C, pb->x[i], pb->w[i], &rp, pb->y[i]);
+        ref_backward_dx_p(pb->cu, pb->num_seqs, C, pb->x[i], pb->w[i], &rp, pb->dy[i],
+                          pb->dx[i]);
     }
 }
 
@@ -71,6 +98,7 @@ static void problem_free(problem *pb) {
         free(pb->x[i]);
         free(pb->dy[i]);
         free(pb->w[i]);
+        free(pb->bias[i]);
         free(pb->y[i]);
         free(pb->dx[i]);
     }
@@ -85,7 +113,8 @@ static cake_cpu_options random_options(fz_reader *r) {
 
 /* One rank's outputs (rows l2g[0..S)) against the reference. */
 static void check_rank(const char *what, const problem *pb, int i, const int64_t *l2g, int64_t S,
-                       const cake_bf16 *y, const cake_bf16 *dx, const float *dw) {
+                       const cake_bf16 *y, const cake_bf16 *dx, const float *dw,
+                       const float *dbias) {
     const int64_t C = pb->C[i];
     int64_t at = -1;
     for (int64_t t = 0; t < S; t++) {
@@ -98,9 +127,13 @@ static void check_rank(const char *what, const problem *pb, int i, const int64_t
                  what, i, t, g, at, dx[t * C + at], pb->dx[i][g * C + at]);
     }
     if (!dw) return;
-    float want[4 * 24];
-    ref_dw(pb->cu, pb->num_seqs, C, pb->x[i], pb->dy[i], l2g, S, want);
+    float want[4 * 24], want_dbias[24];
+    const ref_params rp = ref_params_of(pb, i);
+    ref_grads_p(pb->cu, pb->num_seqs, C, pb->x[i], pb->w[i], &rp, pb->dy[i], l2g, S, want,
+                dbias ? want_dbias : NULL);
     FZ_CHECK(fz_same_f32(dw, want, 4 * C, &at), "%s: dw[%d] element %" PRId64 " differs", what, i, at);
+    FZ_CHECK(!dbias || fz_same_f32(dbias, want_dbias, C, &at),
+             "%s: dbias[%d] element %" PRId64 " differs", what, i, at);
 }
 
 /* The single-rank calls, all tensors in one call or one by one. */
@@ -108,35 +141,39 @@ static void run_single_rank(fz_reader *r, const problem *pb) {
     const cake_cpu_options opt = random_options(r);
     const int one_by_one = fz_u8(r) & 1;
     cake_bf16 *y[MAX_N], *dx[MAX_N];
-    float *dw[MAX_N];
+    float *dw[MAX_N], *dbias[MAX_N];
     for (int i = 0; i < pb->n; i++) {
         y[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(pb->T * pb->C[i]));
         dx[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(pb->T * pb->C[i]));
         dw[i] = fz_malloc(sizeof(float) * (size_t)(4 * pb->C[i]));
+        dbias[i] = fz_malloc(sizeof(float) * (size_t)pb->C[i]);
     }
     const cake_bf16 *const *x = (const cake_bf16 *const *)pb->x;
     const cake_bf16 *const *dy = (const cake_bf16 *const *)pb->dy;
     const float *const *w = (const float *const *)pb->w;
     for (int i = 0; i < (one_by_one ? pb->n : 1); i++) {
         const int n = one_by_one ? 1 : pb->n;
+        const cake_conv_params p = params_of(pb, i, dbias + i);
+        const cake_conv_params *pp = pb->with_params ? &p : NULL;
         FZ_CHECK(cake_cpu_forward_single_rank(pb->cu, pb->num_seqs, n, pb->C + i, x + i, w + i,
-                                              NULL,
-                                              y + i, &opt) == CAKE_SUCCESS,
+                                              pp, y + i, &opt) == CAKE_SUCCESS,
                  "single-rank forward: %s", cake_last_error());
         FZ_CHECK(cake_cpu_backward_single_rank(pb->cu, pb->num_seqs, n, pb->C + i, x + i, w + i,
-                                               NULL,
-                                               dy + i, dx + i, dw + i, &opt) == CAKE_SUCCESS,
+                                               pp, dy + i, dx + i, dw + i, &opt) == CAKE_SUCCESS,
                  "single-rank backward: %s", cake_last_error());
     }
     int64_t *l2g = fz_malloc(sizeof(int64_t) * (size_t)pb->T);
     for (int64_t g = 0; g < pb->T; g++) l2g[g] = g;
-    fz_count("cake_cpu_{forward,backward}_single_rank: valid, %s, %s", cake_cpu_isa_name(opt.isa),
-             one_by_one ? "one tensor per call" : "all tensors in one call");
+    fz_count("cake_cpu_{forward,backward}_single_rank: valid, %s, %s%s%s",
+             cake_cpu_isa_name(opt.isa), one_by_one ? "one tensor per call" : "all tensors in one call",
+             pb->silu ? ", SiLU" : "", pb->with_bias ? ", bias" : "");
     for (int i = 0; i < pb->n; i++) {
-        check_rank("single rank", pb, i, l2g, pb->T, y[i], dx[i], dw[i]);
+        check_rank("single rank", pb, i, l2g, pb->T, y[i], dx[i], dw[i],
+                   pb->with_bias ? dbias[i] : NULL);
         free(y[i]);
         free(dx[i]);
         free(dw[i]);
+        free(dbias[i]);
     }
     free(l2g);
 }
@@ -208,7 +245,8 @@ static void run_partition(fz_reader *r, const problem *pb) {
         const int64_t S = l.local_rows[q], pool = CAKE_HALO_ROWS * nf;
         const cake_cpu_options opt = random_options(r);
         cake_bf16 *x[MAX_N], *dy[MAX_N], *hist[MAX_N], *fut[MAX_N], *y[MAX_N], *dx[MAX_N];
-        float *dw[MAX_N];
+        float *dw[MAX_N], *dbias[MAX_N];
+        const int64_t future_rows = pb->silu ? 2 * pool : pool; /* with SiLU: x after dy */
         for (int i = 0; i < pb->n; i++) {
             const int64_t C = pb->C[i];
             x[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(S * C));
@@ -218,24 +256,30 @@ static void run_partition(fz_reader *r, const problem *pb) {
                 memcpy(dy[i] + t * C, pb->dy[i] + l2g[t] * C, sizeof(cake_bf16) * (size_t)C);
             }
             hist[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(pool * C));
-            fut[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(pool * C));
+            fut[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(future_rows * C));
             fz_pools(frags, nf, C, pb->x[i], pb->dy[i], hist[i], fut[i]);
+            if (pb->silu) fz_pools(frags, nf, C, NULL, pb->x[i], NULL, fut[i] + pool * C);
             y[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(S * C));
             dx[i] = fz_malloc(sizeof(cake_bf16) * (size_t)(S * C));
             dw[i] = fz_malloc(sizeof(float) * (size_t)(4 * C));
+            dbias[i] = fz_malloc(sizeof(float) * (size_t)C);
         }
         typedef const cake_bf16 *const *in;
-        FZ_CHECK(cake_cpu_forward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, NULL,
-                                  (in)hist,
-                                  y, &opt) == CAKE_SUCCESS, "forward: %s", cake_last_error());
-        FZ_CHECK(cake_cpu_backward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, NULL,
+        const cake_conv_params p = params_of(pb, 0, dbias);
+        const cake_conv_params *pp = pb->with_params ? &p : NULL;
+        FZ_CHECK(cake_cpu_forward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, pp,
+                                  (in)hist, y, &opt) == CAKE_SUCCESS, "forward: %s",
+                 cake_last_error());
+        FZ_CHECK(cake_cpu_backward(plan, pb->n, pb->C, (in)x, (const float *const *)pb->w, pp,
                                    (in)hist, (in)dy, (in)fut, dx, dw, &opt) == CAKE_SUCCESS,
                  "backward: %s", cake_last_error());
         for (int i = 0; i < pb->n; i++) {
-            check_rank("partition rank", pb, i, l2g, S, y[i], dx[i], dw[i]);
+            check_rank("partition rank", pb, i, l2g, S, y[i], dx[i], dw[i],
+                       pb->with_bias ? dbias[i] : NULL);
             cake_bf16 *bufs[] = {x[i], dy[i], hist[i], fut[i], y[i], dx[i]};
             for (int b = 0; b < 6; b++) free(bufs[b]);
             free(dw[i]);
+            free(dbias[i]);
         }
         free(frags);
         free(l2g);

@@ -180,11 +180,9 @@ float fz_weight(uint64_t stream, uint64_t index, int profile) {
     return ldexpf((h >> 63) ? -m : m, (int)((h >> 32) % 9) - 4);
 }
 
-static int bf16_nan(cake_bf16 b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f); }
-
 int fz_same_bf16(const cake_bf16 *a, const cake_bf16 *b, int64_t count, int64_t *first_diff) {
     for (int64_t i = 0; i < count; i++)
-        if (a[i] != b[i] && !(bf16_nan(a[i]) && bf16_nan(b[i]))) {
+        if (a[i] != b[i]) {
             if (first_diff) *first_diff = i;
             return 0;
         }
@@ -193,7 +191,7 @@ int fz_same_bf16(const cake_bf16 *a, const cake_bf16 *b, int64_t count, int64_t 
 
 int fz_same_f32(const float *a, const float *b, int64_t count, int64_t *first_diff) {
     for (int64_t i = 0; i < count; i++)
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i]))) {
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
             if (first_diff) *first_diff = i;
             return 0;
         }

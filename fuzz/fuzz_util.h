@@ -68,7 +68,7 @@ uint64_t fz_hash(uint64_t stream, uint64_t index);
 cake_bf16 fz_bf16(uint64_t stream, uint64_t index, int profile);
 float fz_weight(uint64_t stream, uint64_t index, int profile);
 
-/* Bitwise equality where any NaN equals any NaN (NaN payloads are not part of SPEC 3). */
+/* Bitwise equality: every NaN output is the canonical NaN (SPEC 3), as in the reference. */
 int fz_same_bf16(const cake_bf16 *a, const cake_bf16 *b, int64_t count, int64_t *first_diff);
 int fz_same_f32(const float *a, const float *b, int64_t count, int64_t *first_diff);
 

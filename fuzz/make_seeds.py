@@ -97,7 +97,12 @@ def partition_seeds():
 
 # ---- fuzz_args ---------------------------------------------------------------------------------
 CPU_FWD, CPU_BWD, SR_FWD, SR_BWD, FWD, BWD, FWD_MULTI, BWD_MULTI, HANDLE, CTX_CREATE = range(10)
-A_X, A_W, A_HIN, A_DY, A_FUT, A_Y, A_HOUT, A_DX, A_DW = range(9)
+A_X, A_W, A_HIN, A_DY, A_FUT, A_BIAS, A_Y, A_HOUT, A_DX, A_DW, A_DBIAS = range(11)
+# params byte: 0 passes NULL; else p % 4 != 0, bit 2 a bias, (p >> 3) % 8 == 0 flips dbias; then
+# an activation byte (< 224: its value % 2; else a hostile int follows)
+P_NULL, P_PLAIN, P_BIAS = 0, 0x09, 0x0d  # NULL; {none, no bias}; {.., bias and dbias}
+P_BIAS_NO_DBIAS, P_DBIAS_NO_BIAS = 0x05, 0x01
+ACT_NONE, ACT_SILU, ACT_HOSTILE = [0], [1], [224]
 M_NULL_ARRAY, M_NULL_ELEMENT, M_ALIAS, M_NULL_PLAN, M_NULL_OPTIONS, M_OPTIONS, M_CU = 0, 1, 2, 4, 5, 6, 7
 
 
@@ -107,7 +112,8 @@ def world(p=0x0e):
     return u64(0x1234) + [3, 5, 0, 6, p, 0, 1]
 
 
-def tensor(op, channels=(16, 8), muts=(), ctx=0, handle=0, opts=0x05, null_channels=False):
+def tensor(op, channels=(16, 8), muts=(), ctx=0, handle=0, opts=0x05, null_channels=False,
+           params=(P_NULL,)):
     n = len(channels)
     b = [op, n - 1 if n <= 4 else 200 + (n - 5)]
     for c in channels:  # a multiple of 8 up to 64, or ("h", i): hostile value i
@@ -117,7 +123,7 @@ def tensor(op, channels=(16, 8), muts=(), ctx=0, handle=0, opts=0x05, null_chann
         b += [ctx]
     if op in (FWD, FWD_MULTI):
         b += [handle + 1]  # 0: none, 1: handle 0, 2: handle 1
-    b += [opts, len(muts)]
+    b += [opts] + list(params) + [len(muts)]
     for m in muts:
         b += m
     return b
@@ -134,13 +140,29 @@ def args_seeds():
         s[name + "-null-x"] = world() + tensor(op, muts=[[M_NULL_ARRAY, A_X, 0]])
         s[name + "-null-element"] = world() + tensor(op, muts=[[M_NULL_ELEMENT, A_W, 1]])
         s[name + "-null-channels"] = world() + tensor(op, null_channels=True)
+        s[name + "-silu-bias"] = world() + tensor(op, params=(P_BIAS, *ACT_SILU))
+        s[name + "-silu"] = world() + tensor(op, params=(P_PLAIN, *ACT_SILU))
+        s[name + "-activation-hostile"] = world() + tensor(op, params=(P_PLAIN, *ACT_HOSTILE,
+                                                                       I_INT_MAX))
+        s[name + "-null-bias-element"] = world() + tensor(
+            op, params=(P_BIAS, *ACT_NONE), muts=[[M_NULL_ELEMENT, A_BIAS, 1]])
+    for op, name in ((CPU_BWD, "cpu-backward"), (SR_BWD, "single-rank-backward"),
+                     (BWD_MULTI, "ctx-backward-multi")):
+        s[name + "-bias-without-dbias"] = world() + tensor(op, params=(P_BIAS_NO_DBIAS,
+                                                                       *ACT_SILU))
+        s[name + "-dbias-without-bias"] = world() + tensor(op, params=(P_DBIAS_NO_BIAS,
+                                                                       *ACT_NONE))
+        s[name + "-dbias-is-w"] = world() + tensor(op, params=(P_BIAS, *ACT_NONE),
+                                                   muts=[[M_ALIAS, A_DBIAS, 0, A_W, 0, 0]])
+        s[name + "-dbias-is-bias"] = world() + tensor(op, (8, 8), params=(P_BIAS, *ACT_SILU),
+                                                   muts=[[M_ALIAS, A_DBIAS, 1, A_BIAS, 0, 0]])
     s["ctx-forward-valid"] = world() + tensor(FWD, (24,))
     s["ctx-backward-valid"] = world() + tensor(BWD, (24,))
     s["ctx-forward-null-ctx"] = world() + tensor(FWD, (24,), muts=[[M_NULL_PLAN, 0, 0]])
     s["ctx-forward-other-context"] = world() + tensor(FWD, (8,), ctx=1)
-    s["num-tensors-zero"] = world() + [CPU_FWD, 236, 1, 0x05, 0]
-    s["num-tensors-int-min"] = world() + [SR_BWD, 238] + [1, 0x05, 0]
-    s["channels-overflow-rows"] = world() + [SR_FWD, 0, 224, H_2_62 + H_MUL8, 1, 0x05, 0]
+    s["num-tensors-zero"] = world() + [CPU_FWD, 236, 1, 0x05, P_NULL, 0]
+    s["num-tensors-int-min"] = world() + [SR_BWD, 238] + [1, 0x05, P_NULL, 0]
+    s["channels-overflow-rows"] = world() + [SR_FWD, 0, 224, H_2_62 + H_MUL8, 1, 0x05, P_NULL, 0]
     s["channels-huge-empty"] = u64(7) + [0, 0, 0, 0] + tensor(
         SR_BWD, (("h", H_I64_MAX + H_MUL8),), muts=[[M_ALIAS, A_DW, 0, A_W, 0]])
     s["alias-y-is-x"] = world() + tensor(CPU_FWD, muts=[[M_ALIAS, A_Y, 0, A_X, 0, 0]])
@@ -188,8 +210,11 @@ def single_seeds():
     for v in special * 40:
         raw += list(struct.pack("<H", v))
 
-    def head(lens, n, profile, channels, tail):
-        h = u64(0xC0FFEE) + [len(lens)] + list(lens) + [n - 1, profile] + \
+    # params byte: 0 NULL; else p % 4 != 0 with bit 2 SiLU and bit 3 a bias
+    NULL_P, SILU_BIAS, SILU, BIAS = 0, 0x0d, 0x05, 0x09
+
+    def head(lens, n, profile, channels, tail, params=NULL_P):
+        h = u64(0xC0FFEE) + [len(lens)] + list(lens) + [n - 1, profile, params] + \
             [c // 8 - 1 for c in channels] + tail
         return (h + [0] * 48)[:48]
 
@@ -205,6 +230,12 @@ def single_seeds():
     s["raw-weights-nan"] = head((4, 4), 1, 2, (8,), [1, 1, 0, 0]) + \
         list(struct.pack("<I", 0x7fc00001)) * 8 + raw
     s["threads-3-all-isas"] = head((12, 12), 3, 0, (24, 24, 24), [2 | 12, 0, 3, 3, 14, 6, 10])
+    for kind, kname in enumerate(("contiguous", "zigzag", "boundaries", "ranges")):
+        s[kname + "-p3-silu-bias"] = head((9, 0, 14, 1, 2), 2, 0, (16, 8),
+                                          [4, 1, 2, kind, 5, 7, 1, 9, 3, 30, 4, 2, 8], SILU_BIAS)
+    s["silu-raw-specials"] = head((6, 3, 8), 2, 2, (8, 16), [2, 0, 2, 3, 2, 1, 0, 1], SILU) + raw
+    s["bias-raw-weights-nan"] = head((4, 4), 1, 2, (8,), [1, 1, 0, 0], BIAS) + \
+        list(struct.pack("<I", 0x7fc00001)) * 8 + raw
     for name, data in s.items():
         write("fuzz_single_rank", name, data)
 
