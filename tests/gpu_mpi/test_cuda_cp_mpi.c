@@ -1,9 +1,11 @@
 /* Context parallelism on the GPU with several MPI ranks sharing one device (device buffers,
- * MPI transport staged through pinned memory): every rank's y, dx and dw from the GPU path must
- * be bitwise equal to the CPU path on the same context (which the CPU tests hold to the
- * reference and to P = 1). Where every rank has its own GPU, the same over NCCL. Also: a forward
- * that reuses a filled recompute handle exchanges nothing and gives the same bits; a handle
- * filled on the GPU is refused by a CPU call.
+ * MPI transport staged through pinned memory): every rank's y, dx, dw (and dbias) from the GPU
+ * path must be bitwise equal to the CPU path on the same context (which the CPU tests hold to the
+ * reference and to P = 1), in every variant (no bias / bias x no activation / SiLU, one per
+ * trial in turn), and y and dx to the single-rank run. Where every rank has its own GPU, the same
+ * over NCCL. Also: a forward that reuses a filled recompute handle exchanges nothing and gives the
+ * same bits; a backward is at most one exchange; a handle filled on the GPU is refused by a CPU
+ * call.
  * Failures are counted per rank, summed over ranks, and make every rank exit 1. No GPU: 77. */
 #include "cake_cuda.h"
 #include "cake_mpi.h"
@@ -103,7 +105,33 @@ typedef struct tensors {
     /* device copies of the inputs */
     cake_bf16 *d_x[3], *d_dy[3], *d_hist[3];
     float *d_w[3];
+    /* the variant: a bias (host and device copies, CPU dbias) and the activation */
+    int with_bias;
+    cake_activation act;
+    float *bias[3], *dbias[3], *d_bias[3];
 } tensors;
+
+/* The parameters of a call: host or device bias, and dbias outputs (NULL for a forward). */
+typedef struct params_buf {
+    cake_conv_params p;
+    const float *bias[3];
+    float *dbias[3];
+} params_buf;
+
+static const cake_conv_params *params_of(params_buf *b, const tensors *t, int device,
+                                         float *const *dbias) {
+    memset(b, 0, sizeof *b);
+    b->p.activation = t->act;
+    if (t->with_bias) {
+        for (int i = 0; i < t->n; i++) {
+            b->bias[i] = device ? t->d_bias[i] : t->bias[i];
+            b->dbias[i] = dbias ? dbias[i] : NULL;
+        }
+        b->p.bias = b->bias;
+        b->p.dbias = dbias ? b->dbias : NULL;
+    }
+    return &b->p;
+}
 
 static void compare(const char *what, const void *a, const void *b, size_t bytes, const char *where) {
     if (bytes && memcmp(a, b, bytes) != 0) fail("%s: GPU differs from CPU (%s)", what, where);
@@ -118,57 +146,69 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
         gy[i] = malloc(rb + 2);
         gdx[i] = malloc(rb + 2);
     }
+    params_buf cpu_fwd, cpu_bwd, gpu_fwd, gpu_bwd;
     /* CPU path */
     OK(cake_forward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x,
-                          (const float *const *)t->w, NULL,
+                          (const float *const *)t->w, params_of(&cpu_fwd, t, 0, NULL),
                           t->y, t->hist, NULL));
     OK(cake_backward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x,
-                           (const float *const *)t->w, NULL,
+                           (const float *const *)t->w, params_of(&cpu_bwd, t, 0, t->dbias),
                            (const cake_bf16 *const *)t->hist, (const cake_bf16 *const *)t->dy,
                            t->dx, t->dw));
     /* GPU path on the same context; outputs poisoned first */
     cake_bf16 *d_y[3], *d_dx[3];
-    float *d_dw[3];
+    float *d_dw[3], *d_db[3] = {NULL, NULL, NULL};
     for (int i = 0; i < n; i++) {
         const size_t rb = sizeof(cake_bf16) * (size_t)(t->rows * t->C[i]) + 16;
         CUDA(cudaMalloc((void **)&d_y[i], rb));
         CUDA(cudaMalloc((void **)&d_dx[i], rb));
         CUDA(cudaMalloc((void **)&d_dw[i], sizeof(float) * 4 * (size_t)t->C[i]));
+        CUDA(cudaMalloc((void **)&d_db[i], sizeof(float) * (size_t)t->C[i]));
         CUDA(cudaMemset(d_y[i], 0xff, rb));
         CUDA(cudaMemset(d_dx[i], 0xff, rb));
         CUDA(cudaMemset(d_dw[i], 0xff, sizeof(float) * 4 * (size_t)t->C[i]));
+        CUDA(cudaMemset(d_db[i], 0xff, sizeof(float) * (size_t)t->C[i]));
         CUDA(cudaMemset(t->d_hist[i], 0xff, sizeof(cake_bf16) * (size_t)(t->pool * t->C[i]) + 16));
     }
     cudaStream_t stream;
     CUDA(cudaStreamCreate(&stream));
+    cake_ctx_stats before, after;
     OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
-                               (const float *const *)t->d_w, NULL,
+                               (const float *const *)t->d_w, params_of(&gpu_fwd, t, 1, NULL),
                                d_y, t->d_hist, NULL, coop, NULL, 0, stream));
+    OK(cake_ctx_get_stats(ctx, &before));
     OK(cake_backward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
-                                (const float *const *)t->d_w, NULL,
+                                (const float *const *)t->d_w, params_of(&gpu_bwd, t, 1, d_db),
                                 (const cake_bf16 *const *)t->d_hist, (const cake_bf16 *const *)t->d_dy,
                                 d_dx, d_dw, coop, NULL, 0, stream));
+    OK(cake_ctx_get_stats(ctx, &after));
+    if (after.exchanges - before.exchanges > 1)
+        fail("a GPU backward made %lld exchanges (%s)",
+             (long long)(after.exchanges - before.exchanges), where);
     CUDA(cudaStreamSynchronize(stream));
     for (int i = 0; i < n; i++) {
         const size_t rb = sizeof(cake_bf16) * (size_t)(t->rows * t->C[i]);
-        float dw[4 * 4200];
+        float dw[4 * 4200], db[4200];
         CUDA(cudaMemcpy(gy[i], d_y[i], rb, cudaMemcpyDeviceToHost));
         CUDA(cudaMemcpy(gdx[i], d_dx[i], rb, cudaMemcpyDeviceToHost));
         CUDA(cudaMemcpy(dw, d_dw[i], sizeof(float) * 4 * (size_t)t->C[i], cudaMemcpyDeviceToHost));
         compare("y", gy[i], t->y[i], rb, where);
         compare("dx", gdx[i], t->dx[i], rb, where);
         compare("dw", dw, t->dw[i], sizeof(float) * 4 * (size_t)t->C[i], where);
+        if (t->with_bias) {
+            CUDA(cudaMemcpy(db, d_db[i], sizeof(float) * (size_t)t->C[i], cudaMemcpyDeviceToHost));
+            compare("dbias", db, t->dbias[i], sizeof(float) * (size_t)t->C[i], where);
+        }
     }
     /* A forward that reuses a filled handle: no exchange, same bits; the CPU path refuses it. */
     cake_recompute_handle *h;
     OK(cake_recompute_handle_create(&h));
-    cake_ctx_stats before, after;
     OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
-                               (const float *const *)t->d_w, NULL,
+                               (const float *const *)t->d_w, &gpu_fwd.p,
                                d_y, t->d_hist, h, coop, NULL, 0, stream));
     OK(cake_ctx_get_stats(ctx, &before));
     OK(cake_forward_multi_cuda(ctx, n, t->C, (const cake_bf16 *const *)t->d_x,
-                               (const float *const *)t->d_w, NULL,
+                               (const float *const *)t->d_w, &gpu_fwd.p,
                                d_y, t->d_hist, h, coop, NULL, 0, stream));
     OK(cake_ctx_get_stats(ctx, &after));
     CUDA(cudaStreamSynchronize(stream));
@@ -179,7 +219,7 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
         compare("y from handle", gy[i], t->y[i], rb, where);
     }
     if (cake_forward_multi(ctx, n, t->C, (const cake_bf16 *const *)t->x,
-                           (const float *const *)t->w, NULL,
+                           (const float *const *)t->w, &cpu_fwd.p,
                            t->y, t->hist, h) != CAKE_ERROR_INVALID_ARGUMENT ||
         !strstr(cake_last_error(), "recompute_handle"))
         fail("a CPU forward accepted a handle filled on the GPU (%s): %s", where, cake_last_error());
@@ -190,6 +230,7 @@ static void run_trial(cake_ctx *ctx, const cake_plan *plan, tensors *t, uint64_t
         cudaFree(d_y[i]);
         cudaFree(d_dx[i]);
         cudaFree(d_dw[i]);
+        cudaFree(d_db[i]);
         free(gy[i]);
         free(gdx[i]);
     }
@@ -228,10 +269,14 @@ static void compare_single_rank(const cake_plan *plan, const tensors *t, uint64_
                 gdy[g * C + c] = value(seed + (uint64_t)i, g, c, 2);
             }
         const cake_bf16 *xs[] = {gx}, *dys[] = {gdy};
-        const float *ws[] = {t->w[i]};
-        if (cake_cpu_forward_single_rank(cu, num_seqs, 1, &C, xs, ws, NULL, &gy,
+        const float *ws[] = {t->w[i]}, *bs[] = {t->bias[i]};
+        float gdb[320];
+        float *dbs[] = {gdb};
+        const cake_conv_params prm = {t->act, t->with_bias ? bs : NULL,
+                                      t->with_bias ? dbs : NULL};
+        if (cake_cpu_forward_single_rank(cu, num_seqs, 1, &C, xs, ws, &prm, &gy,
                                          NULL) != CAKE_SUCCESS ||
-            cake_cpu_backward_single_rank(cu, num_seqs, 1, &C, xs, ws, NULL, dys, &gdx,
+            cake_cpu_backward_single_rank(cu, num_seqs, 1, &C, xs, ws, &prm, dys, &gdx,
                                           (float *[]){gdw}, NULL) != CAKE_SUCCESS) {
             fail("single-rank run: %s", cake_last_error());
         } else {
@@ -256,9 +301,11 @@ static void compare_single_rank(const cake_plan *plan, const tensors *t, uint64_
 }
 
 static void trial(cake_ctx *ctx, uint64_t seed, int64_t C_choice[3], int n, const char *where,
-                  const int64_t *cu, int64_t num_seqs) {
+                  const int64_t *cu, int64_t num_seqs, int variant) {
     const cake_plan *plan = cake_ctx_plan(ctx);
-    tensors t = {.n = n, .rows = cake_ctx_local_rows(ctx), .pool = cake_ctx_pool_rows(ctx)};
+    tensors t = {.n = n, .rows = cake_ctx_local_rows(ctx), .pool = cake_ctx_pool_rows(ctx),
+                 .with_bias = variant & 1,
+                 .act = variant & 2 ? CAKE_ACTIVATION_SILU : CAKE_ACTIVATION_NONE};
     for (int i = 0; i < n; i++) {
         const int64_t C = t.C[i] = C_choice[i];
         const size_t rb = sizeof(cake_bf16) * (size_t)(t.rows * C) + 16;
@@ -269,6 +316,12 @@ static void trial(cake_ctx *ctx, uint64_t seed, int64_t C_choice[3], int n, cons
         t.dw[i] = malloc(sizeof(float) * 4 * (size_t)C);
         for (int64_t k = 0; k < 4 * C; k++)
             t.w[i][k] = (float)((int64_t)(mix(seed * 31 + (uint64_t)(i * 100000 + k)) % 2001) - 1000) / 1024.0f;
+        if (t.with_bias) {
+            t.bias[i] = malloc(sizeof(float) * (size_t)C);
+            t.dbias[i] = malloc(sizeof(float) * (size_t)C);
+            for (int64_t c = 0; c < C; c++) /* some zeros, both signs */
+                t.bias[i][c] = (float)((int64_t)(mix(seed * 37 + (uint64_t)(i * 100000 + c)) % 33) - 16) / 8.0f;
+        }
     }
     fill_local(plan, &t, seed);
     for (int i = 0; i < n; i++) {
@@ -282,17 +335,27 @@ static void trial(cake_ctx *ctx, uint64_t seed, int64_t C_choice[3], int n, cons
         cudaMemcpy(t.d_x[i], t.x[i], rb - 16, cudaMemcpyHostToDevice);
         cudaMemcpy(t.d_dy[i], t.dy[i], rb - 16, cudaMemcpyHostToDevice);
         cudaMemcpy(t.d_w[i], t.w[i], sizeof(float) * 4 * (size_t)t.C[i], cudaMemcpyHostToDevice);
+        if (t.with_bias) {
+            if (cudaMalloc((void **)&t.d_bias[i], sizeof(float) * (size_t)t.C[i]) != cudaSuccess) {
+                fail("cudaMalloc failed");
+                return;
+            }
+            cudaMemcpy(t.d_bias[i], t.bias[i], sizeof(float) * (size_t)t.C[i], cudaMemcpyHostToDevice);
+        }
     }
     for (int coop = -1; coop <= 1; coop++) {
         if (coop == 1 && !cake_cuda_cooperative_supported()) continue;
-        char w2[160];
-        snprintf(w2, sizeof w2, "%s, cooperative %d", where, coop);
+        char w2[256];
+        snprintf(w2, sizeof w2, "%s, variant %d (bias %d, SiLU %d), cooperative %d", where, variant,
+                 variant & 1, variant >> 1, coop);
         run_trial(ctx, plan, &t, seed, (cake_cooperative)coop, w2);
     }
     compare_single_rank(plan, &t, seed, cu, num_seqs, where);
     for (int i = 0; i < n; i++) {
         free(t.x[i]); free(t.dy[i]); free(t.y[i]); free(t.dx[i]); free(t.hist[i]); free(t.w[i]); free(t.dw[i]);
+        free(t.bias[i]); free(t.dbias[i]);
         cudaFree(t.d_x[i]); cudaFree(t.d_dy[i]); cudaFree(t.d_hist[i]); cudaFree(t.d_w[i]);
+        cudaFree(t.d_bias[i]);
     }
 }
 
@@ -337,7 +400,7 @@ static int run_trials(cake_status (*make_ctx)(void *, const cake_partition *, ca
             char where[128];
             snprintf(where, sizeof where, "%s, trial %d, partition kind %d, T %lld, n %d",
                      transport, k, kind, (long long)cu[num_seqs], n);
-            trial(ctx, seed_ + (uint64_t)k, C, n, where, cu, num_seqs);
+            trial(ctx, seed_ + (uint64_t)k, C, n, where, cu, num_seqs, k % 4);
             trials++;
             cake_ctx_destroy(ctx);
         }
