@@ -67,7 +67,7 @@ typedef struct variant_io {
 static void variant_init(variant_io *v, const mc_trial *t, int index, tu_problem *pb)
 {
     memset(v, 0, sizeof *v);
-    const int variant = index % TU_VARIANTS;
+    const int variant = index / 2 % TU_VARIANTS; /* every variant with and without a handle */
     v->with_bias = tu_variant_bias(variant);
     v->activation = tu_variant_activation(variant);
     v->n = t->n;
@@ -135,16 +135,18 @@ static int dbias_diff(const char *label, const variant_io *v, int got, int want)
     return bad;
 }
 
-/* What one backward exchange must have been, from the plan alone: one message to and from each
- * peer that shares future rows with this rank, carrying those rows of dy of every tensor (and,
- * with an activation, as many rows of x); none at all when there are no such peers. */
-static void check_backward_exchange(const cake_ctx *ctx, const cake_ctx_stats *before,
-                                    const cake_ctx_stats *after, const variant_io *v)
+/* What one exchange must have been, from the plan alone: one message to and from each peer that
+ * shares halo rows with this rank in that direction, carrying those rows of every tensor (x in
+ * the forward; dy in the backward and, with an activation, as many rows of x); none at all when
+ * there are no such peers. */
+static void check_exchange(const cake_ctx *ctx, const cake_ctx_stats *before,
+                           const cake_ctx_stats *after, const variant_io *v, int backward)
 {
+    const char *dir = backward ? "backward" : "forward";
     int64_t sends = 0, receives = 0, rows_in = 0, rows_out = 0, channels = 0;
     for (int peer = 0; peer < mc_size; peer++) {
-        const int64_t in = cake_ctx_halo_rows_from(ctx, peer, 1),
-                      out = cake_ctx_halo_rows_to(ctx, peer, 1);
+        const int64_t in = cake_ctx_halo_rows_from(ctx, peer, backward),
+                      out = cake_ctx_halo_rows_to(ctx, peer, backward);
         receives += in > 0;
         sends += out > 0;
         rows_in += in;
@@ -152,26 +154,27 @@ static void check_backward_exchange(const cake_ctx *ctx, const cake_ctx_stats *b
     }
     for (int i = 0; i < v->n; i++)
         channels += v->C[i];
-    const int64_t copies = v->activation == CAKE_ACTIVATION_NONE ? 1 : 2; /* dy, + x */
+    /* backward with an activation: dy and x of each future row */
+    const int64_t copies = backward && v->activation != CAKE_ACTIVATION_NONE ? 2 : 1;
     const int64_t exchanges = sends + receives > 0 ? 1 : 0;
     MC_CHECK(after->exchanges - before->exchanges == exchanges,
-             "backward: %" PRId64 " exchanges, want %" PRId64 " (one per direction)",
+             "%s: %" PRId64 " exchanges, want %" PRId64 " (one per direction)", dir,
              after->exchanges - before->exchanges, exchanges);
     MC_CHECK(after->messages_sent - before->messages_sent == sends &&
                  after->messages_received - before->messages_received == receives,
-             "backward: %" PRId64 " messages sent and %" PRId64 " received, want %" PRId64
+             "%s: %" PRId64 " messages sent and %" PRId64 " received, want %" PRId64
              " and %" PRId64 " (one per peer)",
-             after->messages_sent - before->messages_sent,
+             dir, after->messages_sent - before->messages_sent,
              after->messages_received - before->messages_received, sends, receives);
     MC_CHECK(after->bytes_received - before->bytes_received == 2 * rows_in * channels * copies &&
                  after->bytes_sent - before->bytes_sent == 2 * rows_out * channels * copies,
-             "backward: %" PRId64 " bytes received and %" PRId64 " sent, want %" PRId64
-             " and %" PRId64 " (%" PRId64 " and %" PRId64 " future rows of %" PRId64
+             "%s: %" PRId64 " bytes received and %" PRId64 " sent, want %" PRId64
+             " and %" PRId64 " (%" PRId64 " and %" PRId64 " halo rows of %" PRId64
              " channels, %s)",
-             after->bytes_received - before->bytes_received,
+             dir, after->bytes_received - before->bytes_received,
              after->bytes_sent - before->bytes_sent, 2 * rows_in * channels * copies,
              2 * rows_out * channels * copies, rows_in, rows_out, channels,
-             copies == 2 ? "dy and x" : "dy");
+             !backward ? "x" : copies == 2 ? "dy and x" : "dy");
 }
 
 /* The P = 1 run on this rank alone: a context over MPI_COMM_SELF holding the whole batch, and
@@ -269,20 +272,23 @@ static void run_trial(int index)
     if (index % 2 == 0 && !mc_ok(cake_recompute_handle_create(&handle), "handle create"))
         goto done;
 
-    /* The multi call, against the reference; its backward is one exchange. */
+    /* The multi call, against the reference; each direction is one exchange. */
+    cake_ctx_stats before, after;
+    if (!mc_ok(cake_ctx_get_stats(ctx, &before), "cake_ctx_get_stats"))
+        goto done;
     if (!mc_all(mc_ok(cake_forward_multi(ctx, t.n, t.C, MC_CX(&A), MC_CW(&A), prmA, A.y, A.hist,
                                          handle),
                       "cake_forward_multi")))
         goto done;
-    cake_ctx_stats before, after;
-    if (!mc_ok(cake_ctx_get_stats(ctx, &before), "cake_ctx_get_stats"))
-        goto done;
+    if (mc_ok(cake_ctx_get_stats(ctx, &after), "cake_ctx_get_stats"))
+        check_exchange(ctx, &before, &after, &v, 0);
+    before = after;
     if (!mc_all(mc_ok(cake_backward_multi(ctx, t.n, t.C, MC_CX(&A), MC_CW(&A), prmA, MC_CHIST(&A),
                                           MC_CDY(&A), A.dx, A.dw),
                       "cake_backward_multi")))
         goto done;
     if (mc_ok(cake_ctx_get_stats(ctx, &after), "cake_ctx_get_stats"))
-        check_backward_exchange(ctx, &before, &after, &v);
+        check_exchange(ctx, &before, &after, &v, 1);
     tu_rank_out o = mc_local_as_out(&A);
     for (int i = 0; v.with_bias && i < t.n; i++)
         o.dbias[i] = v.dbias[0][i];
@@ -310,7 +316,7 @@ static void run_trial(int index)
             variant_io single = v; /* the exchange of one tensor */
             single.n = 1;
             single.C[0] = t.C[i];
-            check_backward_exchange(ctx, &before, &after, &single);
+            check_exchange(ctx, &before, &after, &single, 1);
         }
     }
     mc_count(mc_local_diff("single calls vs multi call", &B, &A, 1, 1));
