@@ -23,8 +23,9 @@ static int64_t *iota_rows(int64_t T) {
 }
 
 /* Every rank of tp against the reference, the single-rank entry points against it too, and the
- * single-rank run against each rank's rows (y, dx: partition invariance). Returns the number of
- * mismatching arrays. */
+ * single-rank run against each rank's rows (y, dx: partition invariance; everything, dw and dbias
+ * too, for a rank that holds the whole batch in order). Returns the number of mismatching
+ * arrays. */
 static int check_all(const tu_problem *pb, const tu_partition *tp, const cake_cpu_options *opt) {
     int bad = 0;
     tu_ref ref;
@@ -49,6 +50,11 @@ static int check_all(const tu_problem *pb, const tu_partition *tp, const cake_cp
             bad += tu_diff_bf16("dx vs the single-rank run", o.dx[i], want, S, C);
             free(want);
         }
+        int whole_batch = o.S == pb->T; /* the rank holds every row in global order: P = 1 */
+        for (int64_t t = 0; whole_batch && t < o.S; t++)
+            whole_batch = tp->l2g[k][t] == t;
+        if (whole_batch)
+            bad += tu_compare_outs("a rank of the whole batch vs the single-rank run", &o, &whole);
         tu_rank_out_free(&o);
     }
     tu_rank_out_free(&whole);
