@@ -1,10 +1,11 @@
 /* Bias, SiLU and canonical NaN on the CPU (SPEC 3): every variant (no bias / bias x none / SiLU)
  * bitwise against the independent reference on every rank of partitions of every shape, values
  * worked by hand for the bias and the dbias tree, what a bias without activation may and may not
- * change, the parameter forms (NULL, zero struct, a forward given dbias), run-to-run repeats, and
- * NaN in several operands at once (x, w, bias and dy in the same rows) giving exactly the
- * canonical NaN on every ISA path and thread count, infinities kept. The activation's own error
- * bound is tests/test_activation.c's; here y is held to the reference's ref_silu bit for bit. */
+ * change, the parameter forms (NULL, zero struct, a forward given dbias), channel counts past the
+ * CPU's channel strips, run-to-run repeats, and NaN in several operands at once (x, w, bias and
+ * dy in the same rows) giving exactly the canonical NaN on every ISA path and thread count,
+ * infinities kept. The activation's own error bound is tests/test_activation.c's; here y is held
+ * to the reference's ref_silu bit for bit. */
 #include "test_util.h"
 
 #include <inttypes.h>
@@ -434,6 +435,31 @@ static void test_variant_matrix(void **state) {
             }
 }
 
+/* Channel counts past the CPU's 4096-channel strips (one tensor split into two and three strips,
+ * beside a narrow one): the bias rows, the dbias column and dw of every strip, in every variant,
+ * on every rank, single and multi-threaded. */
+static void test_wide_channels(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 606);
+    for (int v = 0; v < TU_VARIANTS; v++) {
+        const int64_t cu[] = {0, 2, 2, 37, 38, 90 + 13 * v}, C[3] = {4104, 8, 8200};
+        tu_problem pb;
+        tu_problem_init(&pb, &r, TU_NARROW, cu, 5, 3, C);
+        tu_problem_set_params(&pb, &r, TU_NARROW, tu_variant_bias(v), tu_variant_activation(v));
+        tu_partition tp;
+        TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 2, cu, 5, 3));
+        for (int threads = 1; threads <= 7; threads += 6) {
+            tu_set_ctx("wide channels (%s): C = 4104, 8, 8200, T=%" PRId64 ", %d threads",
+                       tu_variant_name[v], pb.T, threads);
+            const cake_cpu_options opt = {threads, CAKE_CPU_ISA_AUTO};
+            TU_CHECK(check_all(&pb, &tp, &opt) == 0, "mismatch (see above)");
+        }
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+    }
+}
+
 /* ---- run to run, threads and ISA paths ------------------------------------------------------- */
 
 /* The same call repeated (new buffers each time) and under every thread count and ISA path gives
@@ -598,6 +624,7 @@ int main(void) {
         cmocka_unit_test(test_bias_changes_y_only),
         cmocka_unit_test(test_param_forms),
         cmocka_unit_test(test_variant_matrix),
+        cmocka_unit_test(test_wide_channels),
         cmocka_unit_test(test_repeat_threads_isas),
         cmocka_unit_test(test_nan_several_operands),
     };
