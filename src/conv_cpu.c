@@ -81,7 +81,7 @@ static cake_status resolve_options(const cake_cpu_options *options, int *threads
     const cake_cpu_options defaults = {0, CAKE_CPU_ISA_AUTO};
     if (!options) options = &defaults;
     CAKE_CHECK(cake_check_cpu_options(options, "options->"));
-    *threads = cake_resolve_threads(options->num_threads);
+    CAKE_CHECK(cake_cpu_threads(options->num_threads, threads));
     *kernels = kernels_for(options->isa);
     return CAKE_SUCCESS;
 }

@@ -49,12 +49,3 @@ cake_status cake_cpu_threads(int requested, int *threads) {
     if (*threads == 0) *threads = online_processors();
     return CAKE_SUCCESS;
 }
-
-int cake_resolve_threads(int requested) {
-    int threads = 0;
-    if (cake_cpu_threads(requested, &threads) != CAKE_SUCCESS) {
-        cake_clear_error();
-        threads = online_processors();
-    }
-    return threads;
-}

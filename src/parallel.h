@@ -17,8 +17,5 @@ void cake_parallel_for(int threads, int64_t units, cake_unit_fn fn, void *contex
  * an invalid value fails the call with the message of cake_env_threads), else the online
  * processors. */
 cake_status cake_cpu_threads(int requested, int *threads);
-/* The same for a caller that cannot fail: an invalid $CAKE_NUM_THREADS counts as unset. Kept
- * only until src/conv_cpu.c calls cake_cpu_threads. */
-int cake_resolve_threads(int requested);
 
 #endif

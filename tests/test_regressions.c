@@ -480,6 +480,48 @@ static void test_env_values_parsed_strictly(void **state) {
     cake_partition_destroy(part);
 }
 
+/* Issue 11, bug 5, the plan-level calls: cake_cpu_forward / cake_cpu_backward given
+ * num_threads = 0 read CAKE_NUM_THREADS at each call and took an invalid value for the default;
+ * they fail on it now, naming the variable and the value, and write nothing. */
+static void test_env_num_threads_plan_level(void **state) {
+    (void)state;
+    const int64_t cu[] = {0, 5, 5, 11}, C = 8;
+    cake_partition *part;
+    cake_plan *plan;
+    TU_OK(cake_partition_create_contiguous(cu, 3, 1, &part));
+    TU_OK(cake_plan_create(part, 0, &plan));
+    const int64_t pool = cake_plan_pool_rows(plan);
+    cake_bf16 x[11 * 8] = {0}, y[11 * 8], dx[11 * 8], hist[6 * 8] = {0}, fut[6 * 8] = {0};
+    float w[4 * 8] = {0}, dw[4 * 8];
+    assert_true(pool <= 6);
+    const cake_bf16 *xs[] = {x}, *hs[] = {hist}, *fs[] = {fut};
+    const float *ws[] = {w};
+    cake_bf16 *ys[] = {y}, *dxs[] = {dx};
+    float *dws[] = {dw};
+    saved_env saved = env_save("CAKE_NUM_THREADS");
+    static const char *const bad[] = {"abc", "-5", "", "0", "4097", "2x", "nan"};
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        tu_set_ctx("plan-level calls with CAKE_NUM_THREADS=\"%s\"", bad[b]);
+        setenv("CAKE_NUM_THREADS", bad[b], 1);
+        memset(y, SENTINEL, sizeof y);
+        memset(dx, SENTINEL, sizeof dx);
+        memset(dw, SENTINEL, sizeof dw);
+        const cake_cpu_options zero = {0, CAKE_CPU_ISA_AUTO};
+        expect_env_refused(cake_cpu_forward(plan, 1, &C, xs, ws, NULL, hs, ys, NULL),
+                           "cake_cpu_forward", "CAKE_NUM_THREADS", bad[b]);
+        expect_env_refused(cake_cpu_backward(plan, 1, &C, xs, ws, NULL, hs, xs, fs, dxs, dws,
+                                             &zero),
+                           "cake_cpu_backward", "CAKE_NUM_THREADS", bad[b]);
+        TU_CHECK(untouched(y, sizeof y) && untouched(dx, sizeof dx) && untouched(dw, sizeof dw),
+                 "an output was written by a call refused on CAKE_NUM_THREADS");
+        const cake_cpu_options two = {2, CAKE_CPU_ISA_AUTO};
+        TU_OK(cake_cpu_forward(plan, 1, &C, xs, ws, NULL, hs, ys, &two));
+    }
+    env_restore(&saved);
+    cake_plan_destroy(plan);
+    cake_partition_destroy(part);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_future_rows_near_int64_max),
@@ -489,6 +531,7 @@ int main(void) {
         cmocka_unit_test(test_failed_exchange_leaves_history),
         cmocka_unit_test(test_handle_from_other_partition_refused),
         cmocka_unit_test(test_env_values_parsed_strictly),
+        cmocka_unit_test(test_env_num_threads_plan_level),
         cmocka_unit_test(test_single_rank_pool_overflow), /* last: it corrupts the heap */
     };
     tu_seed();

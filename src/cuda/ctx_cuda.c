@@ -304,9 +304,7 @@ static cake_status run(cake_ctx *ctx, const cake_call *call, int backward,
                        cake_cooperative cooperative, void *workspace, size_t workspace_bytes,
                        cudaStream_t stream) {
     if (!ctx) return cake_fail(CAKE_ERROR_INVALID_ARGUMENT, "ctx: expected a pointer, got NULL");
-    cake_call_args args = cake_call_args_of(ctx, call, backward);
-    args.alignment = 16;
-    CAKE_CHECK(cake_check_call_args(&args));
+    CAKE_CHECK(cake_ctx_check_call(ctx, call, backward, 16)); /* numbered even if refused */
     CAKE_CHECK(cake_cuda_check_cooperative(cooperative));
     device_state *st = NULL;
     CAKE_CHECK(state_of(ctx, &st));
