@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The shortest complete GPU check that fits what is left of a session's device time: build,
+# the GPU tests (C and the binding's), GPU = CPU per variant, the benchmarks (C-level and the
+# public API), one kernel variant beside the default. Logs under $OUT. Carry .deps (cmocka)
+# and, for FLA in the API benchmark, .whl.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/cake-final}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+export PYTHONUNBUFFERED=1
+for f in .deps/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
+ldconfig 2>/dev/null
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl > "$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site
+fi
+t0=$SECONDS
+# Steps run while time is left: DEADLINE seconds from the start (default 540).
+DEADLINE=${DEADLINE:-540}
+left() { echo $((DEADLINE - (SECONDS - t0))); }
+lib=$PWD/build-device/libcake_cuda.so
+( cmake -S . -B build-var-lanes1 -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DCAKE_BUILD_BENCH=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    -DCMAKE_CUDA_FLAGS="-DCAKE_CUDA_FORWARD_LANES=1 -DCAKE_CUDA_FORWARD_MIN_BLOCKS=4" > /dev/null 2>&1 \
+  && cmake --build build-var-lanes1 -j 4 --target cake_cuda_shared > "$OUT/build-lanes1.log" 2>&1 ) &
+cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
+  || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build build-device -j 12 --target cake_cuda_shared test_cuda_conv test_activation_cuda test_cuda_cp_mpi \
+  > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+wait
+echo "== built ($((SECONDS - t0)) s)"
+echo "== GPU = CPU, every variant"
+timeout 100 python3 dev/check_variants.py --lib "$lib" > "$OUT/check_variants.log" 2>&1; tail -2 "$OUT/check_variants.log"
+echo "== C GPU tests ($((SECONDS - t0)) s)"
+[ "$(left)" -gt 60 ] && timeout $(( $(left) < 200 ? $(left) : 200 )) ctest --test-dir build-device -j 4 -R "cuda_conv|activation_cuda|cuda_cp_mpi" --output-on-failure \
+  > "$OUT/ctest.log" 2>&1
+grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|Passed|Skipped" "$OUT/ctest.log" | tail -12
+echo "== binding's GPU tests ($((SECONDS - t0)) s)"
+[ "$(left)" -gt 40 ] && CAKE_LIBRARY=$lib PYTHONPATH=$PWD/python:${PYTHONPATH:-} timeout $(( $(left) < 150 ? $(left) : 150 )) python3 -m pytest -p no:cacheprovider -q \
+  -x python/tests/test_cuda.py python/tests/test_cuda_graph.py python/tests/test_compile.py \
+  python/tests/test_flashinfer.py python/tests/test_bad_input.py > "$OUT/pytest.log" 2>&1
+tail -4 "$OUT/pytest.log"
+echo "== C-level benchmark ($((SECONDS - t0)) s)"
+[ "$(left)" -gt 30 ] && timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/bench_gpu.py --lib "$lib" --quick --coop off --variants plain,bias+silu \
+  --json "$OUT/bench_gpu.json" 2>&1 | grep -E "cake|torch|device" | tail -20
+if [ -f build-var-lanes1/libcake_cuda.so ] && [ "$(left)" -gt 40 ]; then
+  echo "== variant: one pair per thread in the forward ($((SECONDS - t0)) s)"
+  timeout 60 python3 bench/bench_gpu.py --lib build-var-lanes1/libcake_cuda.so --quick --coop off \
+    --no-torch --variants plain,bias+silu --json "$OUT/bench_lanes1.json" 2>&1 | grep -E "fwd" | tail -8
+fi
+if [ -f bench/bench_api.py ] && [ "$(left)" -gt 60 ]; then
+  echo "== public API benchmark ($((SECONDS - t0)) s)"
+  CAKE_LIBRARY=$lib PYTHONPATH=$PWD/python:${PYTHONPATH:-} timeout $(left) python3 bench/bench_api.py \
+    > "$OUT/bench_api.log" 2>&1; tail -30 "$OUT/bench_api.log"
+fi
+echo "== end ($((SECONDS - t0)) s)"
