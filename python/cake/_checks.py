@@ -24,16 +24,20 @@ def _shape(t):
 
 
 def check_common(ctx, recompute_handle, cooperative):
-    """The context, handle and launch form; returns the C launch form (-1, 0, 1)."""
+    """The context, handle and launch form; returns the C launch form (-1, 0, 1).
+
+    Under torch.compile, whether ctx or the handle was closed is left to the op, at run time
+    (the same message): a compiled graph outlives the objects it was traced with."""
     if type(ctx) is not ContextDetKcp and not isinstance(ctx, ContextDetKcp):
         raise TypeError(f"ctx: expected a ContextDetKcp, got {type(ctx).__name__}")
-    if ctx._closed:
+    compiling = _compiling()
+    if not compiling and ctx._closed:
         raise ValueError("ctx: this ContextDetKcp was closed")
     if recompute_handle is not None:
         if not isinstance(recompute_handle, RecomputeHandleDetKcp):
             raise TypeError(f"recompute_handle: expected a RecomputeHandleDetKcp or None, got "
                             f"{type(recompute_handle).__name__}")
-        if recompute_handle._closed:
+        if not compiling and recompute_handle._closed:
             raise ValueError("recompute_handle: this RecomputeHandleDetKcp was closed")
     if cooperative is None:
         return _lib.COOPERATIVE_AUTO

@@ -54,15 +54,23 @@ def _default_group():
 
 
 class _Spec:
-    """What every call with one list of channel counts needs: the C array of them (and, per
-    direction, the GPU workspace bytes, filled on first use). With issue 12's bias and
+    """What every call of a context with one list of channel counts needs: the C array of
+    them, the layout of the history pools in one bf16 buffer (tensor i's [pool_rows, C_i] pool
+    at byte offset pool_offsets[i]; each a multiple of 16 bytes, as C_i is of 8), and per
+    direction the GPU workspace bytes (filled on first use). With issue 12's bias and
     activation the key grows the parameters that change the workspace."""
 
-    __slots__ = ("channel_list", "channels", "workspace")
+    __slots__ = ("channel_list", "channels", "pool_elems", "pool_offsets", "workspace")
 
-    def __init__(self, channel_list):
+    def __init__(self, channel_list, pool_rows):
         self.channel_list = channel_list
         self.channels = _lib.int64_array(channel_list)
+        self.pool_offsets = []
+        elems = 0
+        for c in channel_list:
+            self.pool_offsets.append(2 * elems)
+            elems += pool_rows * c
+        self.pool_elems = elems
         self.workspace = [None, None]
 
 
@@ -301,7 +309,7 @@ class ContextDetKcp(_lib.Owned):
         key = tuple([x.shape[-1] for x in xs])
         spec = self._specs.get(key)
         if spec is None:
-            spec = self._specs[key] = _Spec(list(key))
+            spec = self._specs[key] = _Spec(list(key), self.pool_rows)
         return spec
 
     def _cuda_workspace_bytes(self, spec, backward):

@@ -10,7 +10,7 @@ Three layers, one implementation:
   the host with the device.
 * ``cake::conv_forward`` and ``cake::conv_backward``: torch.library custom ops over those two
   functions, with fake implementations, for torch.compile. They write into output buffers
-  (``ys``, ``pools``; ``dxs``, ``dws``, ``dbias``) and declare the context's token (and the
+  (``ys``, ``pool``; ``dxs``, ``dws``, ``dbias``) and declare the context's token (and the
   forward the handle's token) mutated, because a call has effects beyond its outputs: the halo
   exchange, a collective every rank must make in the same order, and the forward filling the
   recompute handle. Declared mutation keeps every call in the compiled graph (no common
@@ -79,25 +79,38 @@ def _workspace(ctx, spec, backward, device):
     return torch.empty(nbytes, dtype=torch.uint8, device=device), nbytes
 
 
-def forward_impl(ctx, handle, xs, ws, ys, pools, cooperative, multi, params=None):
-    """One C forward: fills ys (x's shape, bf16) and the history pools ([ctx.pool_rows, C_i]
-    bf16), exchanging the history rows unless `handle` holds them."""
-    n = len(xs)
-    spec = ctx._spec(xs)
+def new_pool(spec, x):
+    """The history pools of one call in one bf16 buffer (see _Spec)."""
+    return torch.empty(spec.pool_elems, dtype=_BF16, device=x.device)
+
+
+def _pool_pointers(spec, pool):
+    base = pool.data_ptr()
+    return [base + offset for offset in spec.pool_offsets]
+
+
+def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None, spec=None):
+    """One C forward: fills ys (x's shape, bf16) and `pool` (new_pool: the history pools,
+    [ctx.pool_rows, C_i] bf16 each), exchanging the history rows unless `handle` holds them."""
+    if spec is None:
+        spec = ctx._spec(xs)
     handle_ptr = handle._ptr if handle is not None else None
     x0 = xs[0]
     c = ctx._lib.c
+    if multi:
+        n = len(xs)
+        arr = (_P * (4 * n))(*[t.data_ptr() for t in xs], *[t.data_ptr() for t in ws],
+                             *[t.data_ptr() for t in ys], *_pool_pointers(spec, pool))
+        base = ctypes.addressof(arr)
+        step = n * _PSIZE
     if not x0.is_cuda:
         if multi:
-            arr = (_P * (4 * n))(*[t.data_ptr() for t in (*xs, *ws, *ys, *pools)])
-            base = ctypes.addressof(arr)
-            step = n * _PSIZE
             status = c.cake_forward_multi(ctx._ptr, n, spec.channels, base, base + step, params,
                                           base + 2 * step, base + 3 * step, handle_ptr)
         else:
             status = c.cake_forward(ctx._ptr, spec.channel_list[0], x0.data_ptr(),
                                     ws[0].data_ptr(), params, ys[0].data_ptr(),
-                                    pools[0].data_ptr(), handle_ptr)
+                                    pool.data_ptr(), handle_ptr)
     else:
         index = x0.get_device()
         with _Cuda(index):
@@ -105,17 +118,14 @@ def forward_impl(ctx, handle, xs, ws, ys, pools, cooperative, multi, params=None
             workspace, nbytes = _workspace(ctx, spec, 0, x0.device)
             wptr = workspace.data_ptr() if workspace is not None else None
             if multi:
-                arr = (_P * (4 * n))(*[t.data_ptr() for t in (*xs, *ws, *ys, *pools)])
-                base = ctypes.addressof(arr)
-                step = n * _PSIZE
                 status = c.cake_forward_multi_cuda(
                     ctx._ptr, n, spec.channels, base, base + step, params, base + 2 * step,
                     base + 3 * step, handle_ptr, cooperative, wptr, nbytes, stream)
             else:
                 status = c.cake_forward_cuda(
                     ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), params,
-                    ys[0].data_ptr(), pools[0].data_ptr(), handle_ptr, cooperative, wptr,
-                    nbytes, stream)
+                    ys[0].data_ptr(), pool.data_ptr(), handle_ptr, cooperative, wptr, nbytes,
+                    stream)
     if status:
         ctx._raise(status)
 
@@ -127,37 +137,37 @@ def _aligned_dy(dy):
     return dy
 
 
-def backward_impl(ctx, xs, ws, pools, dys, dxs, dws, cooperative, multi, params=None):
+def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=None):
     """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]) from the
-    contiguous bf16 dys, exchanging the future rows of dy once."""
-    n = len(xs)
+    contiguous bf16 dys and the forward's pool, exchanging the future rows of dy once."""
     spec = ctx._spec(xs)
     x0 = xs[0]
     c = ctx._lib.c
+    if x0.is_cuda:
+        dys = [_aligned_dy(dy) for dy in dys]
+    if multi:
+        n = len(xs)
+        arr = (_P * (6 * n))(*[t.data_ptr() for t in xs], *[t.data_ptr() for t in ws],
+                             *_pool_pointers(spec, pool), *[t.data_ptr() for t in dys],
+                             *[t.data_ptr() for t in dxs], *[t.data_ptr() for t in dws])
+        base = ctypes.addressof(arr)
+        step = n * _PSIZE
     if not x0.is_cuda:
         if multi:
-            arr = (_P * (6 * n))(*[t.data_ptr() for t in (*xs, *ws, *pools, *dys, *dxs, *dws)])
-            base = ctypes.addressof(arr)
-            step = n * _PSIZE
             status = c.cake_backward_multi(ctx._ptr, n, spec.channels, base, base + step,
                                            params, base + 2 * step, base + 3 * step,
                                            base + 4 * step, base + 5 * step)
         else:
             status = c.cake_backward(ctx._ptr, spec.channel_list[0], x0.data_ptr(),
-                                     ws[0].data_ptr(), params, pools[0].data_ptr(),
+                                     ws[0].data_ptr(), params, pool.data_ptr(),
                                      dys[0].data_ptr(), dxs[0].data_ptr(), dws[0].data_ptr())
     else:
-        dys = [_aligned_dy(dy) for dy in dys]
         index = x0.get_device()
         with _Cuda(index):
             stream = torch._C._cuda_getCurrentRawStream(index)
             workspace, nbytes = _workspace(ctx, spec, 1, x0.device)
             wptr = workspace.data_ptr() if workspace is not None else None
             if multi:
-                arr = (_P * (6 * n))(*[t.data_ptr() for t in
-                                       (*xs, *ws, *pools, *dys, *dxs, *dws)])
-                base = ctypes.addressof(arr)
-                step = n * _PSIZE
                 status = c.cake_backward_multi_cuda(
                     ctx._ptr, n, spec.channels, base, base + step, params, base + 2 * step,
                     base + 3 * step, base + 4 * step, base + 5 * step, cooperative, wptr,
@@ -165,7 +175,7 @@ def backward_impl(ctx, xs, ws, pools, dys, dxs, dws, cooperative, multi, params=
             else:
                 status = c.cake_backward_cuda(
                     ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), params,
-                    pools[0].data_ptr(), dys[0].data_ptr(), dxs[0].data_ptr(),
+                    pool.data_ptr(), dys[0].data_ptr(), dxs[0].data_ptr(),
                     dws[0].data_ptr(), cooperative, wptr, nbytes, stream)
     if status:
         ctx._raise(status)
@@ -188,38 +198,54 @@ def _objects(ctx_token, handle_token, xs, ws, multi):
     return ctx, handle
 
 
-@torch.library.custom_op("cake::conv_forward",
-                         mutates_args=("ys", "pools", "ctx_token", "handle_token"))
+# Defined with torch.library.Library (not the custom_op decorator), with one kernel for every
+# backend (CompositeExplicitAutograd): the compiled graph then reaches the implementation through
+# one Python call of the dispatcher instead of three (ADInplaceOrView, Autograd and backend
+# wrappers), which is most of an op's host cost under torch.compile. Autograd never reaches these
+# ops (ConvFunction is their autograd), and fake tensors go to the register_fake functions.
+_LIB = torch.library.Library("cake", "DEF")
+_LIB.define("conv_forward(Tensor[] xs, Tensor[] weights, Tensor?[] bias, str activation, "
+            "Tensor(a!)[] ys, Tensor(b!) pool, Tensor(c!) ctx_token, Tensor(d!)? handle_token, "
+            "int cooperative, bool multi) -> ()")
+_LIB.define("conv_backward(Tensor[] xs, Tensor[] weights, Tensor?[] bias, str activation, "
+            "Tensor pool, Tensor[] dys, Tensor(a!)[] dxs, Tensor(b!)[] dws, Tensor(c!)[] dbias, "
+            "Tensor(d!) ctx_token, int cooperative, bool multi) -> ()")
+
+
 def conv_forward(xs: List[torch.Tensor], weights: List[torch.Tensor],
                  bias: List[Optional[torch.Tensor]], activation: str, ys: List[torch.Tensor],
-                 pools: List[torch.Tensor], ctx_token: torch.Tensor,
+                 pool: torch.Tensor, ctx_token: torch.Tensor,
                  handle_token: Optional[torch.Tensor], cooperative: int, multi: bool) -> None:
-    """Writes ys and the history pools of xs (see forward_impl)."""
+    """cake::conv_forward: writes ys and the history pools of xs into `pool` (forward_impl)."""
     params = _plain_params(bias, activation)
     ctx, handle = _objects(ctx_token, handle_token, xs, weights, multi)
-    forward_impl(ctx, handle, xs, weights, ys, pools, cooperative, multi, params)
+    forward_impl(ctx, handle, xs, weights, ys, pool, cooperative, multi, params)
 
 
-@conv_forward.register_fake
-def _conv_forward_fake(xs, weights, bias, activation, ys, pools, ctx_token, handle_token,
+def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
+                  bias: List[Optional[torch.Tensor]], activation: str, pool: torch.Tensor,
+                  dys: List[torch.Tensor], dxs: List[torch.Tensor], dws: List[torch.Tensor],
+                  dbias: List[torch.Tensor], ctx_token: torch.Tensor, cooperative: int,
+                  multi: bool) -> None:
+    """cake::conv_backward: writes dxs, dws (and with a bias dbias) from the contiguous dys
+    (backward_impl)."""
+    params = _plain_params(bias, activation)
+    ctx, _ = _objects(ctx_token, None, xs, weights, multi)
+    backward_impl(ctx, xs, weights, pool, dys, dxs, dws, cooperative, multi, params)
+
+
+_LIB.impl("conv_forward", conv_forward, "CompositeExplicitAutograd")
+_LIB.impl("conv_backward", conv_backward, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("cake::conv_forward", lib=_LIB)
+def _conv_forward_fake(xs, weights, bias, activation, ys, pool, ctx_token, handle_token,
                        cooperative, multi):
     return None
 
 
-@torch.library.custom_op("cake::conv_backward", mutates_args=("dxs", "dws", "dbias", "ctx_token"))
-def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
-                  bias: List[Optional[torch.Tensor]], activation: str,
-                  pools: List[torch.Tensor], dys: List[torch.Tensor], dxs: List[torch.Tensor],
-                  dws: List[torch.Tensor], dbias: List[torch.Tensor], ctx_token: torch.Tensor,
-                  cooperative: int, multi: bool) -> None:
-    """Writes dxs, dws (and with a bias dbias) from the contiguous dys (see backward_impl)."""
-    params = _plain_params(bias, activation)
-    ctx, _ = _objects(ctx_token, None, xs, weights, multi)
-    backward_impl(ctx, xs, weights, pools, dys, dxs, dws, cooperative, multi, params)
-
-
-@conv_backward.register_fake
-def _conv_backward_fake(xs, weights, bias, activation, pools, dys, dxs, dws, dbias, ctx_token,
+@torch.library.register_fake("cake::conv_backward", lib=_LIB)
+def _conv_backward_fake(xs, weights, bias, activation, pool, dys, dxs, dws, dbias, ctx_token,
                         cooperative, multi):
     return None
 
@@ -227,7 +253,7 @@ def _conv_backward_fake(xs, weights, bias, activation, pools, dys, dxs, dws, dbi
 # ---- autograd ---------------------------------------------------------------------------------
 
 def _prepare_dy(dy, x, index, multi):
-    if dy.dtype != _BF16 or dy.device != x.device:
+    if dy.dtype is not _BF16 or dy.get_device() != x.get_device():
         name = f"grad of output {index}" if multi else "grad of the output"
         if dy.dtype != _BF16:
             raise TypeError(f"{name}: expected dtype torch.bfloat16, got {dy.dtype}")
@@ -253,16 +279,18 @@ class ConvFunction(torch.autograd.Function):
         n = len(tensors) // 2
         xs, ws = tensors[:n], tensors[n:]
         ys = [torch.empty_like(x) for x in xs]
-        rows = ctx.pool_rows
-        pools = [x.new_empty((rows, x.shape[-1])) for x in xs]
         if _compiling():
+            rows = ctx.pool_rows
+            pool = xs[0].new_empty(sum(rows * x.shape[-1] for x in xs))
             torch.ops.cake.conv_forward(
-                list(xs), list(ws), [], "none", ys, pools, ctx._token,
+                list(xs), list(ws), [], "none", ys, pool, ctx._token,
                 handle._token if handle is not None else None, cooperative, multi)
         else:
-            forward_impl(ctx, handle, xs, ws, ys, pools, cooperative, multi)
+            spec = ctx._spec(xs)
+            pool = new_pool(spec, xs[0])
+            forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, None, spec)
         fctx.cake = (ctx, cooperative, multi, n)
-        fctx.save_for_backward(*xs, *ws, *pools)
+        fctx.save_for_backward(*xs, *ws, pool)
         return tuple(ys)
 
     @staticmethod
@@ -274,15 +302,15 @@ class ConvFunction(torch.autograd.Function):
                 f"create_graph=True reached it, e.g. a gradient penalty): its backward is not "
                 f"differentiable, and a second-order gradient through it would be wrong")
         saved = fctx.saved_tensors
-        xs, ws, pools = saved[:n], saved[n:2 * n], saved[2 * n:]
+        xs, ws, pool = saved[:n], saved[n:2 * n], saved[2 * n]
         dys = [_prepare_dy(dy, x, i, multi) for i, (dy, x) in enumerate(zip(dys, xs))]
         dxs = [torch.empty_like(x) for x in xs]
         dws = [torch.empty_like(w) for w in ws]
         if _compiling():
-            torch.ops.cake.conv_backward(list(xs), list(ws), [], "none", list(pools), dys, dxs,
-                                         dws, [], ctx._token, cooperative, multi)
+            torch.ops.cake.conv_backward(list(xs), list(ws), [], "none", pool, dys, dxs, dws, [],
+                                         ctx._token, cooperative, multi)
         else:
-            backward_impl(ctx, xs, ws, pools, dys, dxs, dws, cooperative, multi)
+            backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi)
         need = fctx.needs_input_grad
         grads = dxs + dws
         return (None, None, None, None, *[g if need[4 + i] else None for i, g in enumerate(grads)])

@@ -1,6 +1,7 @@
 """Multi-process tests: a spawn helper (torch.multiprocessing, a FileStore, a deadline) and the
 cases the worker processes run. Each worker saves what it computed; the test compares."""
 import datetime
+import math
 import os
 import pickle
 import time
@@ -72,7 +73,10 @@ def case_match(rank, world_size, seeds, device="cpu"):
     for seed in seeds:
         p = Problem(seed, world_size)
         check = seed % 3 == 0  # check mode on some, so it is exercised too
-        ctx = cake.ContextDetKcp(p.cu, dist.group.WORLD, partition=p.partition, check=check)
+        # the default group through None on some, through the group object on the others
+        group = None if seed % 2 else dist.group.WORLD
+        ctx = cake.ContextDetKcp(p.cu, group, partition=p.partition, check=check)
+        assert ctx.world_size == world_size
         rows = ctx.global_rows()
         xs = [x[rows].to(device) for x in p.xs]
         ws = [w.to(device) for w in p.ws]
@@ -217,6 +221,53 @@ def case_mismatch(rank, world_size):
                 "skip_teardown": True}
 
 
+def case_timeout_inf(rank, world_size, seed):
+    """timeout_seconds=inf: no limit, and the exchanges work (they raised OverflowError)."""
+    p = Problem(seed, world_size)
+    ctx = cake.ContextDetKcp(p.cu, partition=p.partition, timeout_seconds=math.inf)
+    rows = ctx.global_rows()
+    out = run_op(ctx, [x[rows] for x in p.xs], p.ws, [dy[rows] for dy in p.dys], True)
+    return {"rows": rows, "out": out, "exchanges": ctx.stats()["exchanges"]}
+
+
+def case_compile(rank, world_size, seed):
+    """torch.compile(fullgraph) of a checkpointed step with a recompute handle on each rank:
+    bitwise the eager step, the same exchanges (forward 1, backward 1: the compiled backward's
+    recompute reads the handle)."""
+    torch._dynamo.reset()
+    p = Problem(seed, world_size, partition="zigzag", max_rows=200)
+    ctx = cake.ContextDetKcp(p.cu, partition=p.partition)
+    rows = ctx.global_rows()
+    xs0, dys = [x[rows] for x in p.xs], [dy[rows] for dy in p.dys]
+
+    def step(xs, ws, handle):
+        def body(*t):
+            n = len(t) // 2
+            ys = cake.cake_causal_conv1d_det_multi_kcp(list(t[:n]), list(t[n:]), ctx,
+                                                       recompute_handle=handle)
+            return tuple(torch.relu(y) * 2 for y in ys)
+        return checkpoint(body, *xs, *ws, use_reentrant=False)
+
+    compiled = torch.compile(step, fullgraph=True)
+    runs = []
+    for fn in (step, compiled, compiled):
+        xs = [x.clone().requires_grad_() for x in xs0]
+        ws = [w.clone().requires_grad_() for w in p.ws]
+        handle = cake.RecomputeHandleDetKcp()
+        a = ctx.stats()
+        ys = fn(xs, ws, handle)
+        b = ctx.stats()
+        torch.autograd.backward(list(ys), dys)
+        c = ctx.stats()
+        handle.close()
+        runs.append({"ys": [y.detach() for y in ys], "dxs": [x.grad for x in xs],
+                     "dws": [w.grad for w in ws],
+                     "exchanges": (b["exchanges"] - a["exchanges"],
+                                   c["exchanges"] - b["exchanges"]),
+                     "from_handle": c["forwards_from_handle"] - a["forwards_from_handle"]})
+    return {"runs": runs, "rows": rows}
+
+
 def case_nccl(rank, world_size, seeds):
     """A world-size-1 NCCL group: CUDA results through the group's context, against CPU."""
     out = case_match(rank, world_size, seeds, device="cuda")
@@ -227,4 +278,5 @@ def case_nccl(rank, world_size, seeds):
 
 
 CASES = {"match": case_match, "checkpoint": case_checkpoint, "failure": case_failure,
-         "timeout": case_timeout, "mismatch": case_mismatch, "nccl": case_nccl}
+         "timeout": case_timeout, "mismatch": case_mismatch, "nccl": case_nccl,
+         "timeout_inf": case_timeout_inf, "compile": case_compile}

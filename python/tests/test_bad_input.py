@@ -119,3 +119,121 @@ def test_cuda_tensors_need_the_cuda_library(ctx, monkeypatch):
     monkeypatch.setattr(_lib.get(), "has_cuda", False)
     with pytest.raises(RuntimeError, match="has no GPU kernels"):
         single(ctx, X.cuda(), W.cuda())
+
+
+# ---- Python ints past int64 / C int, timeouts, groups --------------------------------------
+
+BIG = 2 ** 64 + 100  # ctypes would keep its low 64 bits: 100
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(cu_seqlens=[0, BIG]), r"cu_seqlens\[1\]: 18446744073709551716 does not fit in int64"),
+    (dict(cu_seqlens=[0, 2 ** 63]), r"cu_seqlens\[1\]: 9223372036854775808 does not fit"),
+    (dict(cu_seqlens=[-(2 ** 63) - 1, 4]), r"cu_seqlens\[0\]: -9223372036854775809 does not"),
+    (dict(cu_seqlens=[0, 4], partition=[0, BIG]), r"partition\[1\]: 18446744073709551716 does "
+                                                  r"not fit in int64"),
+    (dict(cu_seqlens=[0, 4], partition=[[(0, BIG)]]), r"partition\[0\]\[0\]\[1\]: "
+                                                      r"18446744073709551716 does not fit"),
+    (dict(cu_seqlens=[0, 4], num_threads=2 ** 31), r"num_threads: expected 0 \(the default\) "
+                                                   r"\.\. 2147483647 \(a C int\), got 2147483648"),
+    (dict(cu_seqlens=[0, 4], num_threads=2 ** 64 + 1), r"num_threads: .* got 18446744073709551617"),
+    (dict(cu_seqlens=[0, 4], timeout_seconds=float("nan")), r"timeout_seconds: expected >= 0"),
+])
+def test_integers_that_ctypes_would_truncate(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cake.ContextDetKcp(**kwargs)
+
+
+def test_uint64_tensor_past_int64():
+    cu = torch.tensor([0, 2 ** 63 + 5], dtype=torch.uint64)
+    with pytest.raises(ValueError, match=r"cu_seqlens\[1\]: 9223372036854775813 does not fit"):
+        cake.ContextDetKcp(cu)
+
+
+def test_timeout_inf_is_no_limit():
+    """inf is accepted (no limit); the exchange with it is tested over gloo in
+    test_distributed.py."""
+    import math
+    from cake import _transport
+    ctx = cake.ContextDetKcp([0, S], timeout_seconds=math.inf)
+    assert ctx.local_rows == S
+    assert not _transport._limited(math.inf) and not _transport._limited(0.0)
+    assert _transport._limited(2.5)
+
+
+def test_group_none_without_torch_distributed(monkeypatch):
+    """None is one process when torch.distributed is not initialised (dist.group.WORLD is then
+    None too); but not in a process a launcher started as one of several."""
+    import torch.distributed as dist
+    assert not dist.is_initialized() and dist.group.WORLD is None
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert cake.ContextDetKcp([0, S], dist.group.WORLD).world_size == 1
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="group: None means torch.distributed's default group, "
+                                         "but torch.distributed is not initialised in this "
+                                         "process, which its launcher started as one of "
+                                         "WORLD_SIZE=2 processes"):
+        cake.ContextDetKcp([0, S])
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert cake.ContextDetKcp([0, S]).world_size == 1
+
+
+def test_explicit_group_needs_torch_distributed():
+    with pytest.raises(ValueError, match="group: torch.distributed is not initialised"):
+        cake.ContextDetKcp([0, S], object())
+
+
+def test_ops_refuse_closed_objects_by_token(ctx):
+    """The compiled path finds contexts and handles by token: a closed one is named."""
+    x, w = good()
+    y, pool = torch.empty_like(x), torch.empty(ctx.pool_rows * C, dtype=torch.bfloat16)
+    closed = cake.ContextDetKcp([0, 5, S])
+    token = closed._token
+    closed.close()
+    with pytest.raises(ValueError, match="ctx: this ContextDetKcp was closed"):
+        torch.ops.cake.conv_forward([x], [w], [], "none", [y], pool, token, None, -1, False)
+    handle = cake.RecomputeHandleDetKcp()
+    htoken = handle._token
+    handle.close()
+    with pytest.raises(ValueError, match="recompute_handle: this RecomputeHandleDetKcp was "
+                                         "closed"):
+        torch.ops.cake.conv_forward([x], [w], [], "none", [y], pool, ctx._token, htoken, -1,
+                                    False)
+    with pytest.raises(ValueError, match="only the plain op"):
+        torch.ops.cake.conv_forward([x], [w], [], "silu", [y], pool, ctx._token, None, -1,
+                                    False)
+
+
+def test_closed_objects_under_compile():
+    """A compiled graph outlives the objects it was traced with: a closed context or handle
+    raises the eager message (ValueError) when the graph runs."""
+    torch._dynamo.reset()
+    ctx = cake.ContextDetKcp([0, 5, S])
+    fn = torch.compile(lambda x, w, h: cake.cake_causal_conv1d_det_kcp(x, w, ctx,
+                                                                      recompute_handle=h),
+                       fullgraph=True)
+    x, w = good()
+    fn(x, w, cake.RecomputeHandleDetKcp())
+    handle = cake.RecomputeHandleDetKcp()
+    handle.close()
+    with pytest.raises(ValueError, match="recompute_handle: this RecomputeHandleDetKcp was "
+                                         "closed"):
+        fn(x, w, handle)
+    ctx.close()
+    with pytest.raises(ValueError, match="ctx: this ContextDetKcp was closed"):
+        fn(x, w, cake.RecomputeHandleDetKcp())
+
+
+def test_bad_input_under_compile_names_the_argument():
+    """Checks of shapes and dtypes run while dynamo traces: with fullgraph=True dynamo reports
+    the raise as unsupported, with the entry point's message in it (torch 2.15; 2.6's dynamo
+    drops the message)."""
+    torch._dynamo.reset()
+    ctx = cake.ContextDetKcp([0, 5, S])
+    fn = torch.compile(lambda x, w: cake.cake_causal_conv1d_det_kcp(x, w, ctx), fullgraph=True)
+    x, w = good()
+    version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    message = "x: expected dtype torch.bfloat16, got torch.float32" if version >= (2, 15) \
+        else None
+    with pytest.raises(Exception, match=message):
+        fn(x.float(), w)

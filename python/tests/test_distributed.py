@@ -103,3 +103,39 @@ def test_check_mode_reports_a_mismatch(tmp_path):
         kind, message, status = res["error"]
         assert kind == "CakeError" and status == 6, res
         assert "channels[0]" in message and "rank 0: 8, rank 1: 16" in message, res
+
+
+def test_timeout_inf_exchanges(tmp_path):
+    """timeout_seconds=inf means no limit: the exchanges run (they raised OverflowError)."""
+    results = spawn("timeout_inf", 2, tmp_path, 77)
+    assert_workers_ok(results)
+    p = Problem(77, 2)
+    ys, dxs, dws = run_op(cake.ContextDetKcp(p.cu), p.xs, p.ws, p.dys, True)
+    for r, res in enumerate(results):
+        rows = res["rows"]
+        for i in range(len(p.channels)):
+            assert_bitwise(f"y[{i}] rank {r}", res["out"][0][i], ys[i][rows])
+            assert_bitwise(f"dx[{i}] rank {r}", res["out"][1][i], dxs[i][rows])
+
+
+def test_compiled_step_two_ranks(tmp_path):
+    """torch.compile over gloo, 2 ranks: the compiled checkpointed step is bitwise the eager
+    one and the single-process run, with one exchange per direction (the recompute in the
+    compiled backward reads the handle)."""
+    results = spawn("compile", 2, tmp_path, 88, deadline=400)
+    assert_workers_ok(results)
+    p = Problem(88, 2, partition="zigzag", max_rows=200)
+    ys, dxs, _ = run_op(cake.ContextDetKcp(p.cu), p.xs, p.ws, p.dys, True)
+    for r, res in enumerate(results):
+        eager, *compiled = res["runs"]
+        rows = res["rows"]
+        assert eager["exchanges"] == (1, 1) and eager["from_handle"] == 1, eager
+        for k, run in enumerate(compiled):
+            where = f"rank {r}, compiled step {k}"
+            assert run["exchanges"] == (1, 1) and run["from_handle"] == 1, (where, run)
+            for i in range(len(p.channels)):
+                assert_bitwise(f"y[{i}] {where}", run["ys"][i], eager["ys"][i])
+                assert_bitwise(f"dx[{i}] {where}", run["dxs"][i], eager["dxs"][i])
+                assert_bitwise(f"dw[{i}] {where}", run["dws"][i], eager["dws"][i])
+        for i in range(len(p.channels)):  # relu(y) * 2 of the single-process y, bitwise
+            assert_bitwise(f"out[{i}] rank {r}", eager["ys"][i], torch.relu(ys[i][rows]) * 2)
