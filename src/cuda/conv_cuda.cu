@@ -30,17 +30,18 @@ __device__ __forceinline__ int64_t first_item() {
 __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
 /* Channels one thread of a row covers. */
-constexpr int kForwardColumn = 2 * kForwardLanes, kBackwardColumn = 2 * kBackwardLanes;
+__host__ __device__ constexpr int forward_column(int V) { return 2 * forward_lanes(V); }
+constexpr int kBackwardColumn = 2 * kBackwardLanes;
 
-/* Forward items: (run of rows, column of kForwardLanes pairs); consecutive threads take
+/* Forward items: (run of rows, column of forward_lanes(V) pairs); consecutive threads take
  * consecutive columns. */
 template <int V>
 __device__ void forward_items(const ConvArgs &a) {
+    constexpr int column = forward_column(V);
     for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
-        const int64_t local = item - T.work_begin, columns = T.channels / kForwardColumn;
-        forward_item<V>(a, T, (local / columns) * a.rows_per_item,
-                        kForwardColumn * (local % columns));
+        const int64_t local = item - T.work_begin, columns = T.channels / column;
+        forward_item<V>(a, T, (local / columns) * a.rows_per_item, column * (local % columns));
     }
 }
 
@@ -255,7 +256,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     a.future_valid = cake_cuda_plan_future_valid(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
-    const int column = backward ? kBackwardColumn : kForwardColumn;
+    const int column = backward ? kBackwardColumn : forward_column(V);
     int64_t columns = 0;
     for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
     a.rows_per_item = rows_per_item(a.rows, columns);
