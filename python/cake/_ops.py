@@ -41,6 +41,7 @@ _PSIZE = ctypes.sizeof(_P)
 _BF16 = torch.bfloat16
 _compiling = torch.compiler.is_compiling
 _ALIGN = _lib.CUDA_ALIGNMENT
+_ALIGN_MASK = _ALIGN - 1
 
 
 def _entry_name(multi):
@@ -99,18 +100,22 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
     c = ctx._lib.c
     if multi:
         n = len(xs)
-        arr = (_P * (4 * n))(*[t.data_ptr() for t in xs], *[t.data_ptr() for t in ws],
-                             *[t.data_ptr() for t in ys], *_pool_pointers(spec, pool))
+        inputs = [t.data_ptr() for t in xs] + [t.data_ptr() for t in ws]
+        arr = (_P * (4 * n))(*inputs, *[t.data_ptr() for t in ys], *_pool_pointers(spec, pool))
         base = ctypes.addressof(arr)
         step = n * _PSIZE
+    else:
+        inputs = [x0.data_ptr(), ws[0].data_ptr()]
+    if x0.is_cuda and any(p & _ALIGN_MASK for p in inputs):
+        from ._checks import check_alignment
+        check_alignment(xs, ws, multi)  # raises, naming the tensor
     if not x0.is_cuda:
         if multi:
             status = c.cake_forward_multi(ctx._ptr, n, spec.channels, base, base + step, params,
                                           base + 2 * step, base + 3 * step, handle_ptr)
         else:
-            status = c.cake_forward(ctx._ptr, spec.channel_list[0], x0.data_ptr(),
-                                    ws[0].data_ptr(), params, ys[0].data_ptr(),
-                                    pool.data_ptr(), handle_ptr)
+            status = c.cake_forward(ctx._ptr, spec.channel_list[0], inputs[0], inputs[1],
+                                    params, ys[0].data_ptr(), pool.data_ptr(), handle_ptr)
     else:
         index = x0.get_device()
         with _Cuda(index):
@@ -123,7 +128,7 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
                     base + 3 * step, handle_ptr, cooperative, wptr, nbytes, stream)
             else:
                 status = c.cake_forward_cuda(
-                    ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), params,
+                    ctx._ptr, spec.channel_list[0], inputs[0], inputs[1], params,
                     ys[0].data_ptr(), pool.data_ptr(), handle_ptr, cooperative, wptr, nbytes,
                     stream)
     if status:
@@ -132,19 +137,18 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
 
 def _aligned_dy(dy):
     # A contiguous view at an odd offset (a slice of a bigger gradient): a fresh copy is aligned.
-    if dy.is_cuda and dy.numel() and dy.data_ptr() % _ALIGN:
+    if dy.is_cuda and dy.data_ptr() & _ALIGN_MASK:
         return dy.clone()
     return dy
 
 
 def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=None):
     """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]) from the
-    contiguous bf16 dys and the forward's pool, exchanging the future rows of dy once."""
+    contiguous bf16 dys (16-byte aligned on the GPU: _aligned_dy) and the forward's pool,
+    exchanging the future rows of dy once."""
     spec = ctx._spec(xs)
     x0 = xs[0]
     c = ctx._lib.c
-    if x0.is_cuda:
-        dys = [_aligned_dy(dy) for dy in dys]
     if multi:
         n = len(xs)
         arr = (_P * (6 * n))(*[t.data_ptr() for t in xs], *[t.data_ptr() for t in ws],
@@ -184,17 +188,16 @@ def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=N
 # ---- torch.library ops (what torch.compile sees) ------------------------------------------------
 
 def _objects(ctx_token, handle_token, xs, ws, multi):
-    """The live context and handle of the tokens, and the checks the eager entry points make
-    on data pointers (which dynamo cannot trace): the library and alignment."""
+    """The live context and handle of the tokens, and the library check the eager entry points
+    make (dynamo traces no data pointers)."""
     from ._context import ContextDetKcp
     from ._handle import RecomputeHandleDetKcp
     ctx = _registry.lookup(ctx_token, ContextDetKcp, "ctx")
     handle = None if handle_token is None else \
         _registry.lookup(handle_token, RecomputeHandleDetKcp, "recompute_handle")
     if xs and xs[0].is_cuda:
-        from ._checks import check_alignment, check_library_for
-        check_library_for(xs[0].device)
-        check_alignment(xs, ws, multi)
+        from ._checks import check_library_for
+        check_library_for(xs[0].device)  # (alignment: forward_impl checks it)
     return ctx, handle
 
 
@@ -231,6 +234,7 @@ def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
     (backward_impl)."""
     params = _plain_params(bias, activation)
     ctx, _ = _objects(ctx_token, None, xs, weights, multi)
+    dys = [_aligned_dy(dy) for dy in dys]
     backward_impl(ctx, xs, weights, pool, dys, dxs, dws, cooperative, multi, params)
 
 
@@ -261,7 +265,8 @@ def _prepare_dy(dy, x, index, multi):
     # Any strides (expanded, transposed, sliced): the C library reads contiguous rows.
     if dy.shape != x.shape:
         dy = dy.reshape(x.shape)
-    return dy.contiguous()
+    dy = dy.contiguous()
+    return dy if _compiling() else _aligned_dy(dy)  # (compiled: the op aligns, at run time)
 
 
 class ConvFunction(torch.autograd.Function):
