@@ -187,3 +187,32 @@ def test_double_backward_raises():
     y = cake.cake_causal_conv1d_det_kcp(x, w, ctx)
     (gx,) = torch.autograd.grad(y.float().sum(), [x])
     assert gx.shape == x.shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_with_graph_breaks(device):
+    """Without fullgraph, around a graph break: the case that raised AttributeError
+    ('torch.Stream' object has no attribute 'cuda_stream') on CUDA. The stream is read inside
+    the op, as a raw pointer, never from a traced Stream object."""
+    p = Problem(7500, 1, max_tensors=2)
+    ctx = cake.ContextDetKcp(p.cu)
+
+    def fn(xs, ws):
+        a = cake.cake_causal_conv1d_det_multi_kcp(xs, ws, ctx)
+        torch._dynamo.graph_break()
+        return cake.cake_causal_conv1d_det_multi_kcp([y.contiguous() for y in a], ws, ctx)
+
+    xs = [x.to(device) for x in p.xs]
+    ws = [w.to(device) for w in p.ws]
+    side = torch.cuda.Stream() if device == "cuda" else None
+    eager = fn(xs, ws)
+    compiled = torch.compile(fn)
+    if side is not None:  # on a side stream too
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = compiled(xs, ws)
+        torch.cuda.current_stream().wait_stream(side)
+    else:
+        got = compiled(xs, ws)
+    for i, (g, e) in enumerate(zip(got, eager)):
+        assert_bitwise(f"y[{i}]", g, e)
