@@ -5,7 +5,7 @@ into the graph as a constant (and retrace for every new handle). Each object the
 *token*: an int64 CPU tensor of one element holding the object's id here. Dynamo sees the token
 as an ordinary graph input (same shape and dtype for every object, so a new handle every
 micro-step reuses the compiled graph), and the op's implementation finds the object again by the
-token's value at run time. The ops declare the tokens mutated, so the compiled graph keeps every
+token's value at run time (the graph may hand it a copy of the token). The ops declare the tokens mutated, so the compiled graph keeps every
 call, in program order, as eager code does (see _ops.py). Ids are never reused; the registry
 holds the objects weakly, and close() removes them, so a closed or freed object is reported by
 name instead of being used.
@@ -20,10 +20,17 @@ _ids = itertools.count(1)
 
 
 def register(obj):
-    """Registers `obj` under a fresh id; returns its token."""
+    """Registers `obj` under a fresh id; returns its token.
+
+    The token holds the object (a reference cycle, which Python's collector frees): a compiled
+    graph keeps only tokens, so a handle passed to a compiled, checkpointed function and not
+    kept by the caller must stay alive until the backward's recompute has read it, as the
+    eager checkpoint's closure keeps it."""
     key = next(_ids)
     _live[key] = obj
-    return torch.tensor([key], dtype=torch.int64)
+    token = torch.tensor([key], dtype=torch.int64)
+    token._cake_object = obj
+    return token
 
 
 def unregister(token):

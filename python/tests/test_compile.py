@@ -5,6 +5,7 @@ reuses the compiled graph; the compiled backward recomputes the forward from the
 eager checkpointing does (the same C calls, counted by ctx.stats())."""
 import pytest
 import torch
+import torch._dynamo.testing
 from torch.utils.checkpoint import checkpoint
 
 import cake
@@ -216,3 +217,45 @@ def test_compiled_with_graph_breaks(device):
         got = compiled(xs, ws)
     for i, (g, e) in enumerate(zip(got, eager)):
         assert_bitwise(f"y[{i}]", g, e)
+
+
+def test_new_context_and_temporary_handle_every_step():
+    """A new batch layout every step (new cu_seqlens, new row count, a new context) and a
+    handle the caller does not keep: at most one recompile (dynamo makes the sizes dynamic),
+    and the compiled backward's recompute still finds the handle (its token keeps it alive,
+    as the eager checkpoint's closure does)."""
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+
+    def step(xs, ws, ctx, handle):
+        return checkpoint(lambda *t: cake.cake_causal_conv1d_det_multi_kcp(
+            list(t[:2]), list(t[2:]), ctx, recompute_handle=handle), *xs, *ws,
+            use_reentrant=False)
+
+    compiled = torch.compile(step, fullgraph=True, backend=counter)
+    for k, cu in enumerate(([0, 40, 96], [0, 10, 30, 120], [0, 5, 50, 60, 200], [0, 64],
+                            [0, 20, 21, 22, 96])):
+        ctx = cake.ContextDetKcp(cu)
+        g = torch.Generator().manual_seed(7600 + k)
+        xs = [torch.randn(cu[-1], 16, generator=g).to(torch.bfloat16) for _ in range(2)]
+        ws = [torch.rand(16, 4, generator=g) - 0.5 for _ in range(2)]
+        dys = [torch.randn(cu[-1], 16, generator=g).to(torch.bfloat16) for _ in range(2)]
+        want = run_op_eager(ctx, xs, ws, dys)
+        leaves = [x.clone().requires_grad_() for x in xs] + [w.clone().requires_grad_()
+                                                            for w in ws]
+        before = ctx.stats()["forwards_from_handle"]
+        ys = compiled(leaves[:2], leaves[2:], ctx, cake.RecomputeHandleDetKcp())
+        torch.autograd.backward(list(ys), dys)
+        assert ctx.stats()["forwards_from_handle"] == before + 1
+        for i in range(2):
+            assert_bitwise(f"y[{i}] step {k}", ys[i], want[0][i])
+            assert_bitwise(f"dx[{i}] step {k}", leaves[i].grad, want[1][i])
+            assert_bitwise(f"dw[{i}] step {k}", leaves[2 + i].grad, want[2][i])
+    assert counter.frame_count <= 2, counter.frame_count
+
+
+def run_op_eager(ctx, xs, ws, dys):
+    xs = [x.clone().requires_grad_() for x in xs]
+    ws = [w.clone().requires_grad_() for w in ws]
+    ys = cake.cake_causal_conv1d_det_multi_kcp(xs, ws, ctx)
+    torch.autograd.backward(list(ys), dys)
+    return [y.detach() for y in ys], [x.grad for x in xs], [w.grad for w in ws]
