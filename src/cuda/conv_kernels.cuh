@@ -36,8 +36,11 @@ constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 #ifndef CAKE_CUDA_DW_STAGES /* the dw walk alone (split backward, small shapes) */
 #define CAKE_CUDA_DW_STAGES 3
 #endif
-#ifndef CAKE_CUDA_PREFETCH /* prefetch a walk's first rows into L2 before its fragment lookup */
-#define CAKE_CUDA_PREFETCH 1
+/* 1: prefetch a walk's first rows into L2 before its fragment lookup. Off: on the H200 it cost
+ * 4-7 % at every shape (the rows are L2-resident or streamed anyway; the prefetches take issue
+ * slots). */
+#ifndef CAKE_CUDA_PREFETCH
+#define CAKE_CUDA_PREFETCH 0
 #endif
 #ifndef CAKE_CUDA_BACKWARD_SILU_STAGES /* SiLU's backward holds more state per row */
 #define CAKE_CUDA_BACKWARD_SILU_STAGES 2
