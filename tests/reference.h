@@ -72,6 +72,12 @@ void ref_backward_dx_p(const int64_t *cu, int64_t num_seqs, int64_t C, const uin
 void ref_grads_p(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x, const float *w,
                  const ref_params *p, const uint16_t *dy, const int64_t *l2g, int64_t S, float *dw,
                  float *dbias);
+/* y, dx and g of the global rows rows[0..nrows) only (any order), into the global [T, C]
+ * arrays: y and dx at those rows; g at those rows and the three after each in its sequence (what
+ * their dx reads). Other rows are not written. For one rank's share of a large batch. */
+void ref_rows_p(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x, const float *w,
+                const ref_params *p, const uint16_t *dy, const int64_t *rows, int64_t nrows,
+                uint16_t *y, uint16_t *dx, float *g);
 /* The same two from g already computed by ref_grad_input (for many ranks of one problem). */
 void ref_dx_from_g(const int64_t *cu, int64_t num_seqs, int64_t C, const float *w, const float *g,
                    uint16_t *dx);

@@ -89,6 +89,38 @@ void ref_grad_input(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16
     bounds_free(&b);
 }
 
+void ref_rows_p(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x, const float *w,
+                const ref_params *p, const uint16_t *dy, const int64_t *rows, int64_t nrows,
+                uint16_t *y, uint16_t *dx, float *g) {
+    const int64_t T = cu[num_seqs];
+    bounds b = bounds_make(cu, num_seqs);
+    unsigned char *need = xmalloc((size_t)T); /* rows whose g is needed */
+    memset(need, 0, (size_t)T);
+    for (int64_t q = 0; q < nrows; q++)
+        for (int64_t j = 0; j < 4 && rows[q] + j < b.s1[rows[q]]; j++)
+            need[rows[q] + j] = 1;
+    for (int64_t r = 0; r < T; r++) /* g once per needed row */
+        for (int64_t c = 0; need[r] && c < C; c++) {
+            float d = ref_bf16_to_f32(dy[r * C + c]);
+            if (silu_on(p))
+                d = d * ref_silu_grad(preact(C, x, w, p, r, c, b.s0[r], b.s1[r]));
+            g[r * C + c] = d;
+        }
+    for (int64_t q = 0; q < nrows; q++) {
+        const int64_t r = rows[q], s0 = b.s0[r], s1 = b.s1[r];
+        for (int64_t c = 0; c < C; c++) {
+            const float a = preact(C, x, w, p, r, c, s0, s1);
+            y[r * C + c] = ref_f32_to_bf16(silu_on(p) ? ref_silu(a) : a);
+            float acc = 0.0f;
+            for (int j = 0; j < 4; j++) /* g = +0.0 at or past the sequence's end */
+                acc = fmaf(w[c * 4 + 3 - j], r + j < s1 ? g[(r + j) * C + c] : 0.0f, acc);
+            dx[r * C + c] = ref_f32_to_bf16(acc);
+        }
+    }
+    free(need);
+    bounds_free(&b);
+}
+
 void ref_forward_p(const int64_t *cu, int64_t num_seqs, int64_t C, const uint16_t *x,
                    const float *w, const ref_params *p, uint16_t *y) {
     for (int64_t s = 0; s < num_seqs; s++)

@@ -316,12 +316,58 @@ static void test_many_blocks(void **state) {
     }
 }
 
+/* The reference's row-restricted form (ref_rows_p, for one rank's share of a batch) gives the
+ * bits of the whole-batch functions at every row it computes, in every variant. */
+static void test_reference_rows(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 205);
+    for (int trial = 0; trial < 16; trial++) {
+        int64_t *cu;
+        tu_problem pb;
+        random_problem(&r, &pb, &cu, 8, 60, 24, TU_NARROW, trial % TU_VARIANTS);
+        tu_partition tp;
+        TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, cu, pb.num_seqs, 1 + trial % 5));
+        tu_set_ctx("reference rows trial %d (%s): T=%" PRId64, trial,
+                   tu_variant_name[tu_problem_variant(&pb)], pb.T);
+        tu_ref whole;
+        tu_ref_compute(&whole, &pb);
+        for (int k = 0; k < tp.P; k++) {
+            tu_ref part;
+            tu_ref_compute_rows(&part, &pb, tp.l2g[k], tp.local_rows[k]);
+            for (int i = 0; i < pb.n; i++) {
+                const int64_t C = pb.C[i];
+                int64_t *seq_of = tu_seq_of_rows(pb.cu, pb.num_seqs);
+                for (int64_t t = 0; t < tp.local_rows[k]; t++) {
+                    const int64_t g = tp.l2g[k][t], end = pb.cu[seq_of[g] + 1];
+                    TU_CHECK(memcmp(part.y[i] + g * C, whole.y[i] + g * C, (size_t)C * 2) == 0 &&
+                                 memcmp(part.dx[i] + g * C, whole.dx[i] + g * C,
+                                        (size_t)C * 2) == 0,
+                             "rank %d, tensor %d, global row %" PRId64 ": y or dx differ", k, i,
+                             g);
+                    for (int64_t j = 0; j < 4 && g + j < end; j++)
+                        TU_CHECK(memcmp(part.g[i] + (g + j) * C, whole.g[i] + (g + j) * C,
+                                        (size_t)C * 4) == 0,
+                                 "rank %d, tensor %d, global row %" PRId64 ": g differs", k, i,
+                                 g + j);
+                }
+                free(seq_of);
+            }
+            tu_ref_free(&part);
+        }
+        tu_ref_free(&whole);
+        tu_partition_free(&tp);
+        tu_problem_free(&pb);
+        free(cu);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_rounding), cmocka_unit_test(test_hand_taps),
         cmocka_unit_test(test_hand_tree),          cmocka_unit_test(test_single_rank),
         cmocka_unit_test(test_partitions),         cmocka_unit_test(test_block_edges),
-        cmocka_unit_test(test_many_blocks),
+        cmocka_unit_test(test_many_blocks),        cmocka_unit_test(test_reference_rows),
     };
     tu_seed();
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -744,6 +745,25 @@ void tu_ref_compute(tu_ref *ref, const tu_problem *pb) {
         ref_grad_input(pb->cu, pb->num_seqs, pb->C[i], pb->x[i], pb->w[i], &rp, pb->dy[i],
                        ref->g[i]);
         ref_dx_from_g(pb->cu, pb->num_seqs, pb->C[i], pb->w[i], ref->g[i], ref->dx[i]);
+    }
+}
+
+void tu_ref_compute_rows(tu_ref *ref, const tu_problem *pb, const int64_t *l2g, int64_t S) {
+    memset(ref, 0, sizeof *ref);
+    ref->n = pb->n;
+    for (int i = 0; i < pb->n; i++) {
+        const int64_t e = pb->T * pb->C[i];
+        ref_params rp;
+        tu_ref_params(pb, i, &rp);
+        ref->y[i] = tu_malloc((size_t)e * sizeof(cake_bf16));
+        ref->dx[i] = tu_malloc((size_t)e * sizeof(cake_bf16));
+        ref->g[i] = tu_malloc((size_t)e * sizeof(float));
+        memset(ref->y[i], 0, (size_t)e * sizeof(cake_bf16));
+        memset(ref->dx[i], 0, (size_t)e * sizeof(cake_bf16));
+        for (int64_t k = 0; k < e; k++)
+            ref->g[i][k] = NAN;
+        ref_rows_p(pb->cu, pb->num_seqs, pb->C[i], pb->x[i], pb->w[i], &rp, pb->dy[i], l2g, S,
+                   ref->y[i], ref->dx[i], ref->g[i]);
     }
 }
 

@@ -207,6 +207,9 @@ typedef struct tu_ref {
     float *g[TU_MAX_TENSORS];
 } tu_ref;
 void tu_ref_compute(tu_ref *ref, const tu_problem *pb);
+/* The same for the rows one rank checks (its global rows l2g[0..S)): enough for tu_check_rank of
+ * that rank, at a cost that follows S rather than T. Other rows hold 0 (y, dx) and NaN (g). */
+void tu_ref_compute_rows(tu_ref *ref, const tu_problem *pb, const int64_t *l2g, int64_t S);
 void tu_ref_free(tu_ref *ref);
 /* A rank's outputs against the reference, bitwise (canonical NaN included): y and dx rows
  * through l2g, dw and (with a bias) dbias from ref_grads_p over the same local rows. `flags`
