@@ -178,10 +178,16 @@ static void check_exchange(const cake_ctx *ctx, const cake_ctx_stats *before,
 }
 
 /* The P = 1 run on this rank alone: a context over MPI_COMM_SELF holding the whole batch, and
- * the single-rank entry points, both against the reference. */
-static void check_one_rank(const mc_trial *t, const tu_problem *pb, const tu_ref *ref,
+ * the single-rank entry points, both against the reference over the whole batch (`complete`
+ * when the caller's reference already covers every row, else NULL). */
+static void check_one_rank(const mc_trial *t, const tu_problem *pb, const tu_ref *complete,
                            const cake_cpu_options *cpu, variant_io *v)
 {
+    tu_ref whole;
+    memset(&whole, 0, sizeof whole);
+    if (!complete)
+        tu_ref_compute(&whole, pb);
+    const tu_ref *ref = complete ? complete : &whole;
     cake_partition *part = NULL;
     cake_ctx *ctx = NULL;
     cake_ctx_options opt = {.cpu = *cpu};
@@ -223,6 +229,7 @@ static void check_one_rank(const mc_trial *t, const tu_problem *pb, const tu_ref
         mc_fail("cake_cpu_*_single_rank failed: %s", cake_last_error());
     tu_rank_out_free(&single);
     free(l2g);
+    tu_ref_free(&whole);
 }
 
 static void run_trial(int index)
@@ -240,7 +247,7 @@ static void run_trial(int index)
 
     variant_io v;
     variant_init(&v, &t, index, &pb);
-    tu_ref_compute(&ref, &pb);
+    tu_ref_compute_rows(&ref, &pb, l2g, t.tp.local_rows[rank]); /* this rank's rows */
     params_buf pa, pbv;
     const cake_conv_params *prmA = params_of(&pa, &v, 0, 0, t.n);
     const cake_conv_params *prmB = params_of(&pbv, &v, 1, 0, t.n);
@@ -348,7 +355,7 @@ static void run_trial(int index)
 
     /* The P = 1 run, on one rank per trial to spread the cost. */
     if (rank == index % P)
-        check_one_rank(&t, &pb, &ref, &opt.cpu, &v);
+        check_one_rank(&t, &pb, t.tp.local_rows[rank] == t.T ? &ref : NULL, &opt.cpu, &v);
 
 done:
     variant_free(&v);
