@@ -80,7 +80,8 @@ static void add_span(span *spans, int *count, const char *name, int index, int i
 static cake_status check_aliasing(const cake_call_args *a) {
     const int n = a->num_tensors;
     const cake_conv_params *p = cake_params_or_default(a->params);
-    span *spans = malloc(sizeof *spans * 9u * (size_t)n);
+    span inline_spans[9 * 8]; /* most calls have a few tensors: no allocation */
+    span *spans = n <= 8 ? inline_spans : malloc(sizeof *spans * 9u * (size_t)n);
     if (!spans) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory checking arguments");
     int count = 0;
     for (int i = 0; i < n; i++) {
@@ -118,7 +119,7 @@ static cake_status check_aliasing(const cake_call_args *a) {
             break;
         }
     }
-    free(spans);
+    if (spans != inline_spans) free(spans);
     return status;
 }
 

@@ -56,15 +56,21 @@ cake_status cake_pool_tensors_make(cake_pool_kind kind, int64_t pool_rows,
                                    const int64_t *channels, const cake_bf16 *const *x,
                                    const cake_bf16 *const *dy, cake_bf16 *const *pools,
                                    cake_pool_tensors *out) {
-    const int with_x = kind == CAKE_POOL_FUTURE &&
-                       cake_future_pool_rows(params, pool_rows) != pool_rows;
+    const int with_x = kind == CAKE_POOL_FUTURE && cake_future_carries_x(params);
     const int count = with_x ? 2 * num_tensors : num_tensors;
-    *out = (cake_pool_tensors){count, malloc(sizeof(int64_t) * (size_t)count),
-                               malloc(sizeof(cake_bf16 *) * (size_t)count),
-                               malloc(sizeof(cake_bf16 *) * (size_t)count)};
-    if (!out->channels || !out->rows || !out->pools) {
-        cake_pool_tensors_free(out);
-        return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for %d pool tensors", count);
+    out->count = count;
+    if (count <= CAKE_POOL_TENSORS_INLINE) {
+        out->channels = out->channels_inline;
+        out->rows = out->rows_inline;
+        out->pools = out->pools_inline;
+    } else {
+        out->channels = malloc(sizeof(int64_t) * (size_t)count);
+        out->rows = malloc(sizeof(cake_bf16 *) * (size_t)count);
+        out->pools = malloc(sizeof(cake_bf16 *) * (size_t)count);
+        if (!out->channels || !out->rows || !out->pools) {
+            cake_pool_tensors_free(out);
+            return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory for %d pool tensors", count);
+        }
     }
     for (int i = 0; i < num_tensors; i++) {
         out->channels[i] = channels[i];
@@ -79,8 +85,13 @@ cake_status cake_pool_tensors_make(cake_pool_kind kind, int64_t pool_rows,
 }
 
 void cake_pool_tensors_free(cake_pool_tensors *t) {
-    free(t->channels);
-    free(t->rows);
-    free(t->pools);
-    *t = (cake_pool_tensors){0};
+    if (t->channels != t->channels_inline) {
+        free(t->channels);
+        free(t->rows);
+        free(t->pools);
+    }
+    t->count = 0;
+    t->channels = NULL;
+    t->rows = NULL;
+    t->pools = NULL;
 }

@@ -25,11 +25,15 @@ cake_status cake_alloc_pools(int64_t pool_rows, int num_tensors, const int64_t *
  * pools from x; the future pools from dy and, with an activation, their second half (rows
  * pool_rows..) from x at the same rows, so that the receiver can recompute the activation's
  * input there (docs/NUMERICS.md). One exchange carries them all. */
+#define CAKE_POOL_TENSORS_INLINE 16 /* held inside the struct: most calls allocate nothing */
 typedef struct cake_pool_tensors {
     int count; /* num_tensors, or 2 * num_tensors for the future pools with an activation */
     int64_t *channels;
     const cake_bf16 **rows;
     cake_bf16 **pools;
+    int64_t channels_inline[CAKE_POOL_TENSORS_INLINE];
+    const cake_bf16 *rows_inline[CAKE_POOL_TENSORS_INLINE];
+    cake_bf16 *pools_inline[CAKE_POOL_TENSORS_INLINE];
 } cake_pool_tensors;
 
 cake_status cake_pool_tensors_make(cake_pool_kind kind, int64_t pool_rows,
@@ -37,6 +41,7 @@ cake_status cake_pool_tensors_make(cake_pool_kind kind, int64_t pool_rows,
                                    const int64_t *channels, const cake_bf16 *const *x,
                                    const cake_bf16 *const *dy, cake_bf16 *const *pools,
                                    cake_pool_tensors *out);
+/* Frees what make allocated (nothing for up to CAKE_POOL_TENSORS_INLINE tensors). */
 void cake_pool_tensors_free(cake_pool_tensors *tensors);
 
 #endif

@@ -179,27 +179,20 @@ TreePlan plan_tree(int64_t num_blocks, int64_t *total_roots) {
 
 int64_t grid_for(int64_t items) { return (items + kThreads - 1) / kThreads; }
 
-/* Co-resident blocks of `kernel` on the current device. */
-cake_status max_cooperative_grid(const void *kernel, int64_t *blocks) {
-    int device, sms, per_sm = 0;
-    CAKE_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-    CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                    "cudaDeviceGetAttribute");
-    CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0),
-                    "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+/* Co-resident blocks of a grid-wide kernel: blocks per multiprocessor (from the plan's launch
+ * facts) times multiprocessors. */
+cake_status max_resident_grid(const cake_cuda_launch_facts &f, int64_t per_sm, int64_t *blocks) {
     if (per_sm < 1)
         return cake_fail(CAKE_ERROR_UNSUPPORTED,
                          "cooperative: the kernel cannot keep one block of %d threads resident "
                          "per multiprocessor, so its grid cannot be co-resident", kThreads);
-    *blocks = (int64_t)per_sm * sms;
+    *blocks = per_sm * f.sms;
     return CAKE_SUCCESS;
 }
 
 /* A grid-stride kernel over `items` threads' worth of work, at most one co-resident wave. */
-cake_status launch_cooperative(const void *kernel, int64_t items, void **params,
-                               cudaStream_t stream) {
-    int64_t max_blocks = 0;
-    CAKE_CHECK(max_cooperative_grid(kernel, &max_blocks));
+cake_status launch_cooperative(const void *kernel, int64_t max_blocks, int64_t items,
+                               void **params, cudaStream_t stream) {
     int64_t blocks = grid_for(items);
     if (blocks > max_blocks) blocks = max_blocks;
     if (blocks < 1) blocks = 1;
@@ -225,19 +218,15 @@ int pick_cooperative(cake_cooperative requested) {
 }
 
 /* Threads the device keeps resident at once (for sizing the work). */
-int64_t resident_threads() {
-    int device = 0, sms = 132, per_sm = 2048;
-    if (cudaGetDevice(&device) == cudaSuccess) {
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device);
-    }
-    return (int64_t)sms * per_sm;
+int64_t resident_threads(const cake_cuda_plan *plan) {
+    const cake_cuda_launch_facts *f = cake_cuda_plan_launch_facts(plan);
+    return f->sms * f->threads_per_sm;
 }
 
 /* Rows per item of the row-run walks: long runs stream best, but small calls need more items
  * to fill the GPU. `columns`: threads across one row of every tensor. Never changes bits. */
-int64_t rows_per_item(int64_t rows, int64_t columns) {
-    const int64_t want = 2 * resident_threads();
+int64_t rows_per_item(const cake_cuda_plan *plan, int64_t rows, int64_t columns) {
+    const int64_t want = 2 * resident_threads(plan);
     int64_t r = kForwardRows;
     while (r > kStepRows && (rows + r - 1) / r * columns < want) r /= 2;
     return r;
@@ -259,9 +248,9 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     const int column = backward ? kBackwardColumn : forward_column(V);
     int64_t columns = 0;
     for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
-    a.rows_per_item = rows_per_item(a.rows, columns);
+    a.rows_per_item = rows_per_item(plan, a.rows, columns);
     /* Too few dw blocks to fill the GPU: walk dx apart, in short runs, next to the dw chains. */
-    a.split = backward && (force_split || a.num_blocks * columns < resident_threads() / 8);
+    a.split = backward && (force_split || a.num_blocks * columns < resident_threads(plan) / 8);
     int64_t work = 0, dx_work = 0;
     for (int k = 0; k < count; k++) {
         const int i = first + k;
@@ -296,6 +285,28 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
 }
 
 } // namespace
+
+extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
+    int device, sms, per_sm;
+    CAKE_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+    CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                    "cudaDeviceGetAttribute");
+    CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device),
+                    "cudaDeviceGetAttribute");
+    f->sms = sms;
+    f->threads_per_sm = per_sm;
+    for (int v = 0; v < kVariants; v++) {
+        int fwd = 0, bwd = 0;
+        CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fwd, kKernels[v].forward, kThreads, 0),
+                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &bwd, kKernels[v].backward_cooperative, kThreads, 0),
+                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        f->forward_blocks_per_sm[v] = fwd;
+        f->cooperative_backward_blocks_per_sm[v] = bwd;
+    }
+    return CAKE_SUCCESS;
+}
 
 extern "C" int64_t cake_cuda_tree_roots(int64_t rows) {
     int64_t roots;
@@ -400,7 +411,13 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
     args.y = y;
     CAKE_CHECK(check_call(plan, args, cooperative));
     if (cake_cuda_plan_rows(plan) == 0) return CAKE_SUCCESS;
-    const Kernels &kernels = kKernels[variant_of(cake_params_or_default(params))];
+    const int V = variant_of(cake_params_or_default(params));
+    const Kernels &kernels = kKernels[V];
+    const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
+    /* Ordinary launches too: a grid the size of what fits at once, striding over the items,
+     * streams better than one block per 256 items (measured on the H200). */
+    int64_t resident = 0;
+    CAKE_CHECK(max_resident_grid(facts, facts.forward_blocks_per_sm[V], &resident));
     const int coop = pick_cooperative(cooperative);
     for (int first = 0; first < num_tensors; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
@@ -408,13 +425,11 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
         fill_args(a, plan, args, first, count, NULL, 0, 0);
         void *launch_args[] = {&a};
         if (coop) {
-            CAKE_CHECK(launch_cooperative(kernels.forward, a.total_work, launch_args, stream));
+            CAKE_CHECK(launch_cooperative(kernels.forward, resident, a.total_work, launch_args,
+                                          stream));
         } else {
-            /* A grid the size of what fits at once, striding over the items, streams better
-             * than one block per 256 items (measured on the H200). */
-            int64_t blocks, resident = 0;
+            int64_t blocks;
             CAKE_CHECK(launch_ordinary_grid(a.total_work, &blocks));
-            CAKE_CHECK(max_cooperative_grid(kernels.forward, &resident));
             if (blocks > resident) blocks = resident;
             CAKE_CHECK(launch(kernels.forward, blocks, launch_args, stream, "forward kernel"));
         }
@@ -477,9 +492,13 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         fill_args(a, plan, args, first, count, partials, roots, coop);
         for (int i = 0; i < count; i++) partials += roots * taps_of(V) * channels[first + i];
         if (coop) {
+            const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
+            int64_t resident = 0;
+            status = max_resident_grid(facts, facts.cooperative_backward_blocks_per_sm[V], &resident);
             void *launch_args[] = {&a, (void *)&tree};
-            status = launch_cooperative(kernels.backward_cooperative, a.total_work + a.dx_work,
-                                        launch_args, stream);
+            if (status == CAKE_SUCCESS)
+                status = launch_cooperative(kernels.backward_cooperative, resident,
+                                            a.total_work + a.dx_work, launch_args, stream);
             continue;
         }
         int64_t blocks;

@@ -17,6 +17,7 @@ typedef struct device_state {
     void *pinned;             /* staging for transports without exchange_device */
     size_t pinned_bytes;
     cudaEvent_t staging_done; /* the last copy out of `pinned` */
+    cake_transfer *transfers[2]; /* per direction: one per send, then one per receive */
 } device_state;
 
 /* Layout: send messages, receive messages, then (backward) future pools and the kernels'
@@ -40,6 +41,8 @@ static void state_free(void *p) {
     cake_halo_device_free(&st->halo[1]);
     if (st->staging_done) cudaEventDestroy(st->staging_done);
     cudaFreeHost(st->pinned);
+    free(st->transfers[0]);
+    free(st->transfers[1]);
     free(st);
 }
 
@@ -67,6 +70,12 @@ static cake_status state_of(cake_ctx *ctx, device_state **out) {
                                          CAKE_POOL_FUTURE, &st->halo[CAKE_POOL_FUTURE]);
     if (status == CAKE_SUCCESS && cudaEventCreateWithFlags(&st->staging_done, cudaEventDisableTiming) != cudaSuccess)
         status = cake_fail(CAKE_ERROR_CUDA, "cudaEventCreate failed");
+    for (int kind = 0; kind < 2 && status == CAKE_SUCCESS; kind++) {
+        const cake_halo_lists *lists = &ctx->lists[kind];
+        st->transfers[kind] = malloc(sizeof(cake_transfer) *
+                                     (size_t)(lists->num_sends + lists->num_receives + 1));
+        if (!st->transfers[kind]) status = cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
+    }
     if (status != CAKE_SUCCESS) {
         state_free(st);
         return status;
@@ -128,11 +137,10 @@ static cake_status staging_reserve(device_state *st, size_t bytes) {
     return CAKE_SUCCESS;
 }
 
-/* Transfers over `send` and `recv` (device or pinned host), in the host layout of exchange.c. */
-static cake_status describe(const cake_halo_lists *lists, int64_t row_elems, char *send, char *recv,
-                            cake_transfer **out) {
-    cake_transfer *t = malloc(sizeof *t * (size_t)(lists->num_sends + lists->num_receives + 1));
-    if (!t) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
+/* Transfers over `send` and `recv` (device or pinned host), in the host layout of exchange.c,
+ * written into `t` (one per send, then one per receive). */
+static void describe(const cake_halo_lists *lists, int64_t row_elems, char *send, char *recv,
+                     cake_transfer *t) {
     for (int s = 0; s < lists->num_sends; s++) {
         const int64_t bytes = (int64_t)sizeof(cake_bf16) * lists->sends[s].count * row_elems;
         t[s] = (cake_transfer){lists->sends[s].peer, send, bytes};
@@ -143,22 +151,20 @@ static cake_status describe(const cake_halo_lists *lists, int64_t row_elems, cha
         t[lists->num_sends + s] = (cake_transfer){lists->receives[s].peer, recv, bytes};
         recv += bytes;
     }
-    *out = t;
-    return CAKE_SUCCESS;
 }
 
-static cake_status move(cake_ctx *ctx, device_state *st, const cake_halo_lists *lists, int tag,
-                        int64_t row_elems, char *send, char *recv, cudaStream_t stream) {
+static cake_status move(cake_ctx *ctx, device_state *st, cake_pool_kind kind, int64_t row_elems,
+                        char *send, char *recv, cudaStream_t stream) {
+    const cake_halo_lists *lists = &ctx->lists[kind];
+    const int tag = kind == CAKE_POOL_HISTORY ? CAKE_TAG_HISTORY : CAKE_TAG_FUTURE;
     const size_t send_bytes = sizeof(cake_bf16) * (size_t)(lists->rows_sent * row_elems);
     const size_t recv_bytes = sizeof(cake_bf16) * (size_t)(lists->rows_received * row_elems);
-    cake_transfer *t;
+    cake_transfer *t = st->transfers[kind];
     if (ctx->transport.exchange_device) {
-        CAKE_CHECK(describe(lists, row_elems, send, recv, &t));
-        const cake_status status = ctx->transport.exchange_device(
-            ctx->transport.state, tag, t, lists->num_sends, t + lists->num_sends,
-            lists->num_receives, ctx->group.timeout_seconds, stream);
-        free(t);
-        return status;
+        describe(lists, row_elems, send, recv, t);
+        return ctx->transport.exchange_device(ctx->transport.state, tag, t, lists->num_sends,
+                                              t + lists->num_sends, lists->num_receives,
+                                              ctx->group.timeout_seconds, stream);
     }
     /* A host transport: wait for the packed rows, exchange from pinned memory, copy back. */
     CAKE_CHECK(staging_reserve(st, send_bytes + recv_bytes + 1));
@@ -168,12 +174,10 @@ static cake_status move(cake_ctx *ctx, device_state *st, const cake_halo_lists *
         CAKE_CUDA_CHECK(cudaMemcpyAsync(host_send, send, send_bytes, cudaMemcpyDeviceToHost, stream),
                         "cudaMemcpyAsync(halo to host)");
     CAKE_CUDA_CHECK(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    CAKE_CHECK(describe(lists, row_elems, host_send, host_recv, &t));
-    const cake_status status = ctx->transport.exchange(ctx->transport.state, tag, t, lists->num_sends,
-                                                       t + lists->num_sends, lists->num_receives,
-                                                       ctx->group.timeout_seconds);
-    free(t);
-    CAKE_CHECK(status);
+    describe(lists, row_elems, host_send, host_recv, t);
+    CAKE_CHECK(ctx->transport.exchange(ctx->transport.state, tag, t, lists->num_sends,
+                                       t + lists->num_sends, lists->num_receives,
+                                       ctx->group.timeout_seconds));
     if (recv_bytes > 0)
         CAKE_CUDA_CHECK(cudaMemcpyAsync(recv, host_recv, recv_bytes, cudaMemcpyHostToDevice, stream),
                         "cudaMemcpyAsync(halo to device)");
@@ -191,8 +195,7 @@ static cake_status device_halo(cake_ctx *ctx, device_state *st, cake_pool_kind k
     const int64_t row_elems = cake_total_channels(t->count, t->channels);
     if (lists->num_sends > 0 || lists->num_receives > 0) {
         CAKE_CHECK(cake_halo_pack(halo, t->count, t->channels, t->rows, (cake_bf16 *)send, g->stream));
-        const int tag = kind == CAKE_POOL_HISTORY ? CAKE_TAG_HISTORY : CAKE_TAG_FUTURE;
-        const cake_status status = move(ctx, st, lists, tag, row_elems, send, recv, g->stream);
+        const cake_status status = move(ctx, st, kind, row_elems, send, recv, g->stream);
         if (status != CAKE_SUCCESS) return cake_ctx_exchange_failed(ctx, status);
         cake_exchange_count(lists, t->count, row_elems, &ctx->stats);
     }
@@ -227,7 +230,9 @@ static cake_status gpu_backward(cake_ctx *ctx, const cake_call *call) {
     const int n = call->num_tensors;
     const int64_t pool_rows = cake_plan_pool_rows(ctx->plan);
     const int64_t future_rows = cake_future_pool_rows(call->params, pool_rows);
-    cake_bf16 **future = malloc(sizeof *future * (size_t)n);
+    cake_bf16 *inline_future[CAKE_POOL_TENSORS_INLINE];
+    cake_bf16 **future = n <= CAKE_POOL_TENSORS_INLINE ? inline_future
+                                                       : malloc(sizeof *future * (size_t)n);
     if (!future) return cake_fail(CAKE_ERROR_OUT_OF_MEMORY, "out of memory");
     char *base = g->workspace + g->l.send + g->l.recv;
     for (int i = 0; i < n; i++) {
@@ -250,7 +255,7 @@ static cake_status gpu_backward(cake_ctx *ctx, const cake_call *call) {
                                     g->workspace + g->l.send + g->l.recv + g->l.future,
                                     g->l.kernel, g->stream);
     }
-    free(future);
+    if (future != inline_future) free(future);
     return status;
 }
 

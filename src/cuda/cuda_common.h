@@ -20,9 +20,22 @@ extern "C" {
             return cake_fail(CAKE_ERROR_CUDA, "%s: %s", what, cudaGetErrorString(cake_cuda_err_)); \
     } while (0)
 
+/* What the launches need to know about the device, read once when a plan is made (querying it
+ * costs microseconds a call): multiprocessors, threads per multiprocessor, and the blocks of the
+ * grid-wide kernels each multiprocessor keeps resident, per variant. */
+#define CAKE_CUDA_VARIANTS 4
+typedef struct cake_cuda_launch_facts {
+    int64_t sms, threads_per_sm;
+    int64_t forward_blocks_per_sm[CAKE_CUDA_VARIANTS];
+    int64_t cooperative_backward_blocks_per_sm[CAKE_CUDA_VARIANTS];
+} cake_cuda_launch_facts;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Fills `facts` for the current device (conv_cuda.cu, where the kernels are). */
+cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *facts);
+const cake_cuda_launch_facts *cake_cuda_plan_launch_facts(const cake_cuda_plan *plan);
 int64_t cake_cuda_plan_rows(const cake_cuda_plan *plan);
 int64_t cake_cuda_plan_num_fragments(const cake_cuda_plan *plan);
 const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan); /* device */

@@ -9,6 +9,7 @@ struct cake_cuda_plan {
     int64_t rows, num_fragments;
     int64_t *frag_start;   /* device, num_fragments + 1 */
     int32_t *future_valid; /* device, num_fragments (at least 1 entry) */
+    cake_cuda_launch_facts facts;
 };
 
 cake_status cake_cuda_plan_create(const cake_plan *plan, cake_cuda_plan **out) {
@@ -37,6 +38,13 @@ cake_status cake_cuda_plan_create(const cake_plan *plan, cake_cuda_plan **out) {
     p->rows = host[n];
     p->num_fragments = n;
     const size_t valid_bytes = sizeof(int32_t) * (size_t)(n > 0 ? n : 1);
+    const cake_status facts = cake_cuda_launch_facts_query(&p->facts);
+    if (facts != CAKE_SUCCESS) {
+        free(p);
+        free(host);
+        free(valid);
+        return facts;
+    }
     cudaError_t err = cudaGetDevice(&p->device);
     if (err == cudaSuccess) err = cudaMalloc((void **)&p->frag_start, sizeof(int64_t) * (size_t)(n + 1));
     if (err == cudaSuccess) err = cudaMalloc((void **)&p->future_valid, valid_bytes);
@@ -70,6 +78,9 @@ int64_t cake_cuda_plan_rows(const cake_cuda_plan *plan) { return plan->rows; }
 int64_t cake_cuda_plan_num_fragments(const cake_cuda_plan *plan) { return plan->num_fragments; }
 const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan) { return plan->frag_start; }
 const int32_t *cake_cuda_plan_future_valid(const cake_cuda_plan *plan) { return plan->future_valid; }
+const cake_cuda_launch_facts *cake_cuda_plan_launch_facts(const cake_cuda_plan *plan) {
+    return &plan->facts;
+}
 
 cake_status cake_cuda_plan_check_device(const cake_cuda_plan *plan) {
     int device;
