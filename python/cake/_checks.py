@@ -124,14 +124,69 @@ def _names(multi, i):
     return (f"xs[{i}]", f"weights[{i}]") if multi else ("x", "w")
 
 
-def check_alignment(xs, ws, multi):
+def check_alignment(xs, ws, multi, bs=()):
     """GPU data pointers must be 16-byte aligned (a view at an odd storage offset is not)."""
     for i, (x, w) in enumerate(zip(xs, ws)):
-        for name, t in zip(_names(multi, i), (x, w)):
+        pair = zip(_names(multi, i), (x, w))
+        if bs:
+            pair = list(pair) + [(_bias_name(multi, i), bs[i])]
+        for name, t in pair:
             if t.numel() and t.data_ptr() % _lib.CUDA_ALIGNMENT:
                 raise ValueError(f"{name}: expected a {_lib.CUDA_ALIGNMENT}-byte aligned data "
                                  f"pointer on the GPU, got one {t.data_ptr() % 16} bytes past "
                                  f"(a view at storage offset {t.storage_offset()}; pass a copy)")
+
+
+def _bias_name(multi, i):
+    return f"biases[{i}]" if multi else "bias"
+
+
+def check_activation(activation):
+    """The op's activation string of a Python value: None -> "none", "silu" -> "silu"."""
+    if activation is None or activation == "none":
+        return "none"
+    if activation == "silu":
+        return "silu"
+    raise ValueError(f"activation: expected None or 'silu', got {activation!r}")
+
+
+def check_biases(xs, biases, multi):
+    """None, or one fp32 [C_i] contiguous tensor per tensor of xs on its device; returns a
+    tuple (empty for None)."""
+    if biases is None:
+        return ()
+    if multi:
+        if isinstance(biases, torch.Tensor) or not isinstance(biases, (list, tuple)):
+            raise TypeError(f"biases: expected None or a list or tuple of tensors, got "
+                            f"{type(biases).__name__}")
+        if len(biases) != len(xs):
+            raise ValueError(f"biases: expected {len(xs)} tensors (one per tensor of xs), got "
+                             f"{len(biases)}")
+    else:
+        biases = (biases,)
+    for i, (x, b) in enumerate(zip(xs, biases)):
+        try:
+            if (b.dtype is _F32 and b.layout is _STRIDED and b.dim() == 1 and
+                    b.shape[0] == x.shape[-1] and b.is_contiguous() and b.device == x.device):
+                continue
+        except (AttributeError, TypeError, IndexError):
+            pass
+        name = _bias_name(multi, i)
+        if not isinstance(b, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(b).__name__}")
+        if b.dtype != torch.float32:
+            raise TypeError(f"{name}: expected dtype torch.float32, got {b.dtype}")
+        if b.layout != torch.strided:
+            raise ValueError(f"{name}: expected a dense (strided) tensor, got layout {b.layout}")
+        if b.device != x.device:
+            raise ValueError(f"{name}: expected device {x.device} (the device of "
+                             f"{_names(multi, i)[0]}), got {b.device}")
+        if tuple(b.shape) != (x.shape[-1],):
+            raise ValueError(f"{name}: expected shape [{x.shape[-1]}] (the channels of "
+                             f"{_names(multi, i)[0]}), got {_shape(b)}")
+        raise ValueError(f"{name}: expected a contiguous tensor, got strides "
+                         f"{list(b.stride())} (call .contiguous())")
+    return tuple(biases)
 
 
 def check_library_for(device):

@@ -14,6 +14,11 @@ _leaked = []
 
 _NAMED = ("contiguous", "zigzag")
 
+# group=SINGLE_PROCESS (internal): one process holding the whole batch, with no communication,
+# whether or not torch.distributed is initialised (cake.ShortConvolution's contexts built from
+# cu_seqlens when none is given: the local convolution FLA's module computes).
+SINGLE_PROCESS = object()
+
 
 def _int_list(values, name):
     """Python ints of a sequence or 1-D integer tensor, each checked to fit an int64."""
@@ -56,9 +61,9 @@ def _default_group():
 class _Spec:
     """What every call of a context with one list of channel counts needs: the C array of
     them, the layout of the history pools in one bf16 buffer (tensor i's [pool_rows, C_i] pool
-    at byte offset pool_offsets[i]; each a multiple of 16 bytes, as C_i is of 8), and per
-    direction the GPU workspace bytes (filled on first use). With issue 12's bias and
-    activation the key grows the parameters that change the workspace."""
+    at byte offset pool_offsets[i]; each a multiple of 16 bytes, as C_i is of 8; the same with
+    or without bias and activation), and the GPU workspace bytes per direction and per call
+    variant (activation, bias or not: what the size depends on), filled on first use."""
 
     __slots__ = ("channel_list", "channels", "pool_elems", "pool_offsets", "workspace")
 
@@ -71,7 +76,7 @@ class _Spec:
             self.pool_offsets.append(2 * elems)
             elems += pool_rows * c
         self.pool_elems = elems
-        self.workspace = [None, None]
+        self.workspace = {}  # (backward, activation, has bias) -> bytes
 
 
 def _build_partition(lib, cu, num_ranks, partition):
@@ -224,7 +229,9 @@ class ContextDetKcp(_lib.Owned):
         if len(cu) < 1:
             raise ValueError("cu_seqlens: expected at least 1 offset (N + 1 for N sequences), "
                              "got 0")
-        if group is None:
+        if group is SINGLE_PROCESS:
+            group = None
+        elif group is None:
             group = _default_group()
         elif dist is None or not dist.is_available() or not dist.is_initialized():
             raise ValueError("group: torch.distributed is not initialised; call "
@@ -312,15 +319,19 @@ class ContextDetKcp(_lib.Owned):
             spec = self._specs[key] = _Spec(list(key), self.pool_rows)
         return spec
 
-    def _cuda_workspace_bytes(self, spec, backward):
-        """Bytes of GPU workspace one call of `spec` needs (asked of C once per direction)."""
-        nbytes = spec.workspace[backward]
+    def _cuda_workspace_bytes(self, spec, backward, params=None):
+        """Bytes of GPU workspace one call of `spec` with `params` (a _lib.ConvParams or None)
+        needs, asked of C once per direction and variant (activation, bias given or not)."""
+        key = (backward, 0, False) if params is None else \
+            (backward, int(params.activation), bool(params.bias))
+        nbytes = spec.workspace.get(key)
         if nbytes is None:
             out = ctypes.c_size_t()
             _lib.check(self._lib.c.cake_ctx_cuda_workspace_size(
-                self._handle, len(spec.channel_list), spec.channels, None, backward,
+                self._handle, len(spec.channel_list), spec.channels,
+                None if params is None else ctypes.byref(params), backward,
                 ctypes.byref(out)), self._lib)
-            nbytes = spec.workspace[backward] = int(out.value)
+            nbytes = spec.workspace[key] = int(out.value)
         return nbytes
 
     def _raise(self, status):

@@ -25,9 +25,11 @@ Three layers, one implementation:
   the compiled backward, as eager checkpointing recomputes the forward, and the recompute reads
   the recompute handle the first forward filled.
 
-The op schemas already carry what issue 12's bias and activation need (``Tensor?[] bias``,
-``str activation``, ``Tensor[] dbias``); until then the plain op (``bias=[]``,
-``activation="none"``) is the only one accepted.
+Bias and activation (issue 12) travel as ``Tensor?[] bias`` (empty: no bias; else one fp32
+``[C_i]`` per tensor), ``str activation`` (``"none"`` or ``"silu"``) and, in the backward,
+``Tensor(c!)[] dbias`` (the bias gradients, written). They become one ``cake_conv_params`` per
+C call (``conv_params``); the GPU workspace size depends on them, so the context's cache of
+per-call sizes is keyed by them too (``_context._Spec``).
 """
 import ctypes
 from typing import List, Optional
@@ -48,12 +50,37 @@ def _entry_name(multi):
     return "cake_causal_conv1d_det_multi_kcp" if multi else "cake_causal_conv1d_det_kcp"
 
 
-def _plain_params(bias, activation):
-    """The cake_conv_params of a call: None (the plain op) until issue 12 brings bias and SiLU."""
-    if activation != "none" or any(b is not None for b in bias):
-        raise ValueError(f"activation {activation!r} / bias: only the plain op (no bias, "
-                         f"activation 'none') is supported by this version of the binding")
-    return None
+_ACTIVATIONS = _lib.ACTIVATIONS  # {"none": 0, "silu": 1}
+
+
+def activation_code(activation):
+    """The C enum of an op's activation string; ValueError for anything else."""
+    code = _ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+    if code is None:
+        raise ValueError(f"activation: expected 'none' or 'silu', got {activation!r}")
+    return code
+
+
+def conv_params(activation, bias, dbias=None):
+    """The cake_conv_params of one call: None for the plain op (no bias, no activation), else a
+    ConvParams whose pointer arrays it keeps alive (`bias`, `dbias`: the tensors, or empty)."""
+    code = activation if isinstance(activation, int) else activation_code(activation)
+    if not bias:
+        if dbias:
+            raise ValueError(f"dbias: expected no tensors without a bias, got {len(dbias)}")
+        return None if code == 0 else _lib.ConvParams(code, None, None)
+    bias_array = (_P * len(bias))(*[b.data_ptr() for b in bias])
+    params = _lib.ConvParams(code, ctypes.addressof(bias_array), None)
+    params.keep = [bias_array]
+    if dbias:
+        dbias_array = (_P * len(dbias))(*[d.data_ptr() for d in dbias])
+        params.dbias = ctypes.addressof(dbias_array)
+        params.keep.append(dbias_array)
+    return params
+
+
+def _ref(params):
+    return None if params is None else ctypes.byref(params)
 
 
 class _Cuda:
@@ -73,8 +100,8 @@ class _Cuda:
             self.guard.__exit__(*exc)
 
 
-def _workspace(ctx, spec, backward, device):
-    nbytes = ctx._cuda_workspace_bytes(spec, backward)
+def _workspace(ctx, spec, backward, device, params):
+    nbytes = ctx._cuda_workspace_bytes(spec, backward, params)
     if not nbytes:
         return None, 0
     return torch.empty(nbytes, dtype=torch.uint8, device=device), nbytes
@@ -90,11 +117,14 @@ def _pool_pointers(spec, pool):
     return [base + offset for offset in spec.pool_offsets]
 
 
-def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None, spec=None):
+def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None, spec=None,
+                 bs=()):
     """One C forward: fills ys (x's shape, bf16) and `pool` (new_pool: the history pools,
-    [ctx.pool_rows, C_i] bf16 each), exchanging the history rows unless `handle` holds them."""
+    [ctx.pool_rows, C_i] bf16 each), exchanging the history rows unless `handle` holds them.
+    `params`: conv_params (None: the plain op); `bs`: its bias tensors (alignment check)."""
     if spec is None:
         spec = ctx._spec(xs)
+    pp = _ref(params)
     handle_ptr = handle._ptr if handle is not None else None
     x0 = xs[0]
     c = ctx._lib.c
@@ -106,29 +136,30 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
         step = n * _PSIZE
     else:
         inputs = [x0.data_ptr(), ws[0].data_ptr()]
-    if x0.is_cuda and any(p & _ALIGN_MASK for p in inputs):
+    if x0.is_cuda and (any(p & _ALIGN_MASK for p in inputs) or
+                       any(b.data_ptr() & _ALIGN_MASK for b in bs)):
         from ._checks import check_alignment
-        check_alignment(xs, ws, multi)  # raises, naming the tensor
+        check_alignment(xs, ws, multi, bs)  # raises, naming the tensor
     if not x0.is_cuda:
         if multi:
-            status = c.cake_forward_multi(ctx._ptr, n, spec.channels, base, base + step, params,
+            status = c.cake_forward_multi(ctx._ptr, n, spec.channels, base, base + step, pp,
                                           base + 2 * step, base + 3 * step, handle_ptr)
         else:
             status = c.cake_forward(ctx._ptr, spec.channel_list[0], inputs[0], inputs[1],
-                                    params, ys[0].data_ptr(), pool.data_ptr(), handle_ptr)
+                                    pp, ys[0].data_ptr(), pool.data_ptr(), handle_ptr)
     else:
         index = x0.get_device()
         with _Cuda(index):
             stream = torch._C._cuda_getCurrentRawStream(index)
-            workspace, nbytes = _workspace(ctx, spec, 0, x0.device)
+            workspace, nbytes = _workspace(ctx, spec, 0, x0.device, params)
             wptr = workspace.data_ptr() if workspace is not None else None
             if multi:
                 status = c.cake_forward_multi_cuda(
-                    ctx._ptr, n, spec.channels, base, base + step, params, base + 2 * step,
+                    ctx._ptr, n, spec.channels, base, base + step, pp, base + 2 * step,
                     base + 3 * step, handle_ptr, cooperative, wptr, nbytes, stream)
             else:
                 status = c.cake_forward_cuda(
-                    ctx._ptr, spec.channel_list[0], inputs[0], inputs[1], params,
+                    ctx._ptr, spec.channel_list[0], inputs[0], inputs[1], pp,
                     ys[0].data_ptr(), pool.data_ptr(), handle_ptr, cooperative, wptr, nbytes,
                     stream)
     if status:
@@ -143,10 +174,12 @@ def _aligned_dy(dy):
 
 
 def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=None):
-    """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]) from the
-    contiguous bf16 dys (16-byte aligned on the GPU: _aligned_dy) and the forward's pool,
-    exchanging the future rows of dy once."""
+    """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]), and with
+    a bias the dbias tensors of `params`, from the contiguous bf16 dys (16-byte aligned on the
+    GPU: _aligned_dy) and the forward's pool, exchanging the future rows of dy once (with
+    SiLU, x rows beside them, inside the C call)."""
     spec = ctx._spec(xs)
+    pp = _ref(params)
     x0 = xs[0]
     c = ctx._lib.c
     if multi:
@@ -159,26 +192,26 @@ def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=N
     if not x0.is_cuda:
         if multi:
             status = c.cake_backward_multi(ctx._ptr, n, spec.channels, base, base + step,
-                                           params, base + 2 * step, base + 3 * step,
+                                           pp, base + 2 * step, base + 3 * step,
                                            base + 4 * step, base + 5 * step)
         else:
             status = c.cake_backward(ctx._ptr, spec.channel_list[0], x0.data_ptr(),
-                                     ws[0].data_ptr(), params, pool.data_ptr(),
+                                     ws[0].data_ptr(), pp, pool.data_ptr(),
                                      dys[0].data_ptr(), dxs[0].data_ptr(), dws[0].data_ptr())
     else:
         index = x0.get_device()
         with _Cuda(index):
             stream = torch._C._cuda_getCurrentRawStream(index)
-            workspace, nbytes = _workspace(ctx, spec, 1, x0.device)
+            workspace, nbytes = _workspace(ctx, spec, 1, x0.device, params)
             wptr = workspace.data_ptr() if workspace is not None else None
             if multi:
                 status = c.cake_backward_multi_cuda(
-                    ctx._ptr, n, spec.channels, base, base + step, params, base + 2 * step,
+                    ctx._ptr, n, spec.channels, base, base + step, pp, base + 2 * step,
                     base + 3 * step, base + 4 * step, base + 5 * step, cooperative, wptr,
                     nbytes, stream)
             else:
                 status = c.cake_backward_cuda(
-                    ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), params,
+                    ctx._ptr, spec.channel_list[0], x0.data_ptr(), ws[0].data_ptr(), pp,
                     pool.data_ptr(), dys[0].data_ptr(), dxs[0].data_ptr(),
                     dws[0].data_ptr(), cooperative, wptr, nbytes, stream)
     if status:
@@ -215,14 +248,23 @@ _LIB.define("conv_backward(Tensor[] xs, Tensor[] weights, Tensor?[] bias, str ac
             "Tensor(d!) ctx_token, int cooperative, bool multi) -> ()")
 
 
+def _op_bias(bias, xs, name):
+    """The bias list of an op call: [] or one tensor per tensor of xs."""
+    if bias and (len(bias) != len(xs) or any(b is None for b in bias)):
+        raise ValueError(f"{name}: expected no tensors or {len(xs)} (one per tensor of xs), got "
+                         f"{len(bias)} with {sum(b is None for b in bias)} None")
+    return list(bias)
+
+
 def conv_forward(xs: List[torch.Tensor], weights: List[torch.Tensor],
                  bias: List[Optional[torch.Tensor]], activation: str, ys: List[torch.Tensor],
                  pool: torch.Tensor, ctx_token: torch.Tensor,
                  handle_token: Optional[torch.Tensor], cooperative: int, multi: bool) -> None:
     """cake::conv_forward: writes ys and the history pools of xs into `pool` (forward_impl)."""
-    params = _plain_params(bias, activation)
+    bs = _op_bias(bias, xs, "bias")
+    params = conv_params(activation, bs)
     ctx, handle = _objects(ctx_token, handle_token, xs, weights, multi)
-    forward_impl(ctx, handle, xs, weights, ys, pool, cooperative, multi, params)
+    forward_impl(ctx, handle, xs, weights, ys, pool, cooperative, multi, params, None, bs)
 
 
 def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
@@ -232,7 +274,10 @@ def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
                   multi: bool) -> None:
     """cake::conv_backward: writes dxs, dws (and with a bias dbias) from the contiguous dys
     (backward_impl)."""
-    params = _plain_params(bias, activation)
+    bs = _op_bias(bias, xs, "bias")
+    if len(dbias) != len(bs):
+        raise ValueError(f"dbias: expected {len(bs)} tensors (one per bias), got {len(dbias)}")
+    params = conv_params(activation, bs, list(dbias))
     ctx, _ = _objects(ctx_token, None, xs, weights, multi)
     dys = [_aligned_dy(dy) for dy in dys]
     backward_impl(ctx, xs, weights, pool, dys, dxs, dws, cooperative, multi, params)
@@ -270,52 +315,57 @@ def _prepare_dy(dy, x, index, multi):
 
 
 class ConvFunction(torch.autograd.Function):
-    """apply(ctx, handle, cooperative, multi, *xs, *ws) -> tuple of len(xs) ys.
+    """apply(ctx, handle, cooperative, multi, activation, has_bias, *xs, *ws[, *bs]) -> tuple
+    of len(xs) ys.
 
-    `cooperative` is the C enum (-1, 0, 1); xs and ws were checked by the entry point."""
+    `cooperative` is the C enum (-1, 0, 1); `activation` "none" or "silu"; with `has_bias` the
+    fp32 [C_i] biases follow the weights. Everything was checked by the entry point."""
 
     @staticmethod
     def forward(fctx, *args):
         # One *args parameter, unpacked here: torch 2.6's dynamo binds named parameters that
         # precede a *tensors parameter wrongly (shifted by one). The tensor count comes from
         # len(), never from an int argument (which a traced forward may see as symbolic).
-        ctx, handle, cooperative, multi = args[:4]
-        tensors = args[4:]
-        n = len(tensors) // 2
-        xs, ws = tensors[:n], tensors[n:]
+        ctx, handle, cooperative, multi, activation, has_bias = args[:6]
+        tensors = args[6:]
+        n = len(tensors) // (3 if has_bias else 2)
+        xs, ws, bs = tensors[:n], tensors[n:2 * n], tensors[2 * n:]
         ys = [torch.empty_like(x) for x in xs]
         if _compiling():
             rows = ctx.pool_rows
             pool = xs[0].new_empty(sum(rows * x.shape[-1] for x in xs))
             torch.ops.cake.conv_forward(
-                list(xs), list(ws), [], "none", ys, pool, ctx._token,
+                list(xs), list(ws), list(bs), activation, ys, pool, ctx._token,
                 handle._token if handle is not None else None, cooperative, multi)
         else:
             spec = ctx._spec(xs)
             pool = new_pool(spec, xs[0])
-            forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, None, spec)
-        fctx.cake = (ctx, cooperative, multi, n)
-        fctx.save_for_backward(*xs, *ws, pool)
+            params = conv_params(activation, bs) if (bs or activation != "none") else None
+            forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params, spec, bs)
+        fctx.cake = (ctx, cooperative, multi, n, activation)
+        fctx.save_for_backward(*xs, *ws, *bs, pool)
         return tuple(ys)
 
     @staticmethod
     def backward(fctx, *dys):
-        ctx, cooperative, multi, n = fctx.cake
+        ctx, cooperative, multi, n, activation = fctx.cake
         if torch.is_grad_enabled():
             raise RuntimeError(
                 f"{_entry_name(multi)}: double backward is not supported (a backward with "
                 f"create_graph=True reached it, e.g. a gradient penalty): its backward is not "
                 f"differentiable, and a second-order gradient through it would be wrong")
         saved = fctx.saved_tensors
-        xs, ws, pool = saved[:n], saved[n:2 * n], saved[2 * n]
+        xs, ws, bs, pool = saved[:n], saved[n:2 * n], saved[2 * n:-1], saved[-1]
         dys = [_prepare_dy(dy, x, i, multi) for i, (dy, x) in enumerate(zip(dys, xs))]
         dxs = [torch.empty_like(x) for x in xs]
         dws = [torch.empty_like(w) for w in ws]
+        dbs = [torch.empty_like(b) for b in bs]
         if _compiling():
-            torch.ops.cake.conv_backward(list(xs), list(ws), [], "none", pool, dys, dxs, dws, [],
-                                         ctx._token, cooperative, multi)
+            torch.ops.cake.conv_backward(list(xs), list(ws), list(bs), activation, pool, dys,
+                                         dxs, dws, dbs, ctx._token, cooperative, multi)
         else:
-            backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi)
+            params = conv_params(activation, bs, dbs) if (bs or activation != "none") else None
+            backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params)
         need = fctx.needs_input_grad
-        grads = dxs + dws
-        return (None, None, None, None, *[g if need[4 + i] else None for i, g in enumerate(grads)])
+        grads = dxs + dws + dbs
+        return (None,) * 6 + tuple(g if need[6 + i] else None for i, g in enumerate(grads))

@@ -108,7 +108,7 @@ def cake_causal_conv1d_det_kcp(x, w, ctx, *, recompute_handle=None, cooperative=
     >>> y.float().square().sum().backward()          # w.grad: this rank's part; all_reduce it
     """
     flag = _checks.check_call(ctx, (x,), (w,), recompute_handle, cooperative, False)
-    (y,) = ConvFunction.apply(ctx, recompute_handle, flag, False, x, w)
+    (y,) = ConvFunction.apply(ctx, recompute_handle, flag, False, "none", False, x, w)
     return y
 
 
@@ -170,4 +170,30 @@ def cake_causal_conv1d_det_multi_kcp(xs, weights, ctx, *, recompute_handle=None,
     """
     _checks.check_sequences(xs, weights)
     flag = _checks.check_call(ctx, xs, weights, recompute_handle, cooperative, True)
-    return ConvFunction.apply(ctx, recompute_handle, flag, True, *xs, *weights)
+    return ConvFunction.apply(ctx, recompute_handle, flag, True, "none", False, *xs, *weights)
+
+
+def conv_det_kcp(xs, weights, ctx, *, biases=None, activation=None, recompute_handle=None,
+                 cooperative=None, multi=True):
+    """The convolution with bias and activation (SPEC 3): internal, behind
+    :class:`cake.ShortConvolution` and :func:`cake.short_convolution_multi`.
+
+    As :func:`cake_causal_conv1d_det_multi_kcp` (``multi=True``: xs and weights are sequences,
+    one exchange per direction for all) or :func:`cake_causal_conv1d_det_kcp` (``multi=False``:
+    one tensor each, and `biases` one tensor or None), plus: `biases` None or one FP32 ``[C_i]``
+    contiguous tensor per tensor, on x's device (``a = acc + bias[c]``, one fp32 add), and
+    `activation` None or ``"silu"`` (``y = bf16(silu(a))`` by the fixed fp32 sequence of
+    docs/NUMERICS.md). Differentiable in xs, weights and biases: the bias's gradient is this
+    rank's dbias (FP32 ``[C_i]``, the fixed-tree sum of g over its rows; sum it over the group
+    as dw). Returns a tuple of ys (multi) or y.
+    """
+    if multi:
+        _checks.check_sequences(xs, weights)
+    else:
+        xs, weights = (xs,), (weights,)
+    flag = _checks.check_call(ctx, xs, weights, recompute_handle, cooperative, multi)
+    act = _checks.check_activation(activation)
+    bs = _checks.check_biases(xs, biases, multi)
+    ys = ConvFunction.apply(ctx, recompute_handle, flag, multi, act, bool(bs), *xs, *weights,
+                            *bs)
+    return ys if multi else ys[0]

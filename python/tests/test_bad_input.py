@@ -199,9 +199,13 @@ def test_ops_refuse_closed_objects_by_token(ctx):
                                          "closed"):
         torch.ops.cake.conv_forward([x], [w], [], "none", [y], pool, ctx._token, htoken, -1,
                                     False)
-    with pytest.raises(ValueError, match="only the plain op"):
-        torch.ops.cake.conv_forward([x], [w], [], "silu", [y], pool, ctx._token, None, -1,
+    with pytest.raises(ValueError, match="activation: expected 'none' or 'silu', got 'gelu'"):
+        torch.ops.cake.conv_forward([x], [w], [], "gelu", [y], pool, ctx._token, None, -1,
                                     False)
+    with pytest.raises(ValueError, match=r"bias: expected no tensors or 1 \(one per tensor of "
+                                         r"xs\), got 2"):
+        torch.ops.cake.conv_forward([x], [w], [torch.zeros(C), torch.zeros(C)], "none", [y],
+                                    pool, ctx._token, None, -1, False)
 
 
 def test_closed_objects_under_compile():
