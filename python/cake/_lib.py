@@ -142,6 +142,10 @@ _CORE = {
     "cake_cpu_forward": (I32, [P, I32, P, P, P, P, P, P, P]),
     # (plan, n, channels, x, w, params, history, dy, future, dx, dw, options)
     "cake_cpu_backward": (I32, [P, I32, P, P, P, P, P, P, P, P, P, P]),
+    # (cu_seqlens, num_seqs, n, channels, x, w, params, y, options)
+    "cake_cpu_forward_single_rank": (I32, [P, I64, I32, P, P, P, P, P, P]),
+    # (cu_seqlens, num_seqs, n, channels, x, w, params, dy, dx, dw, options)
+    "cake_cpu_backward_single_rank": (I32, [P, I64, I32, P, P, P, P, P, P, P, P]),
     "cake_ctx_create": (I32, [P, I32, ctypes.POINTER(Transport), ctypes.POINTER(CtxOptions), P]),
     "cake_ctx_destroy": (None, [P]),
     "cake_ctx_local_rows": (I64, [P]),

@@ -75,6 +75,94 @@ def run_op(ctx, xs, ws, dys, multi, handle=None, cooperative=None):
     return ([y.detach() for y in ys], [x.grad for x in xs], [w.grad for w in ws])
 
 
+VARIANTS = [("none", False), ("none", True), ("silu", False), ("silu", True)]  # (act, bias)
+
+
+def variant_id(v):
+    return f"{v[0]}{'+bias' if v[1] else ''}"
+
+
+def make_biases(problem, salt=0):
+    """fp32 [C_i] biases for a problem (their own generator: the problem's data are unchanged)."""
+    g = torch.Generator().manual_seed(100003 * problem.seed + 17 + salt)
+    return [torch.randn(c, generator=g) * 0.75 for c in problem.channels]
+
+
+def run_variant(ctx, xs, ws, bs, dys, multi, activation, handle=None, cooperative=None):
+    """Forward and backward of one call through the internal entry point with bias (bs: a
+    list, or None) and activation: (ys, dxs, dws, dbs), dbs empty without a bias."""
+    from cake.causal_conv1d_det_train_kcp import conv_det_kcp
+    xs = [x.detach().clone().requires_grad_() for x in xs]
+    ws = [w.detach().clone().requires_grad_() for w in ws]
+    bs = None if bs is None else [b.detach().clone().requires_grad_() for b in bs]
+    if multi:
+        ys = conv_det_kcp(xs, ws, ctx, biases=bs, activation=activation, recompute_handle=handle,
+                          cooperative=cooperative)
+    else:
+        ys = [conv_det_kcp(x, w, ctx, biases=None if bs is None else bs[i],
+                           activation=activation, recompute_handle=handle,
+                           cooperative=cooperative, multi=False)
+              for i, (x, w) in enumerate(zip(xs, ws))]
+    torch.autograd.backward(list(ys), [dy.to(x.device) for dy, x in zip(dys, xs)])
+    return ([y.detach() for y in ys], [x.grad for x in xs], [w.grad for w in ws],
+            [b.grad for b in bs] if bs is not None else [])
+
+
+def _shifts(cu, T):
+    """Per row its offset in its sequence and the rows left after it (int64 [T] each)."""
+    pos = torch.zeros(T, dtype=torch.int64)
+    left = torch.zeros(T, dtype=torch.int64)
+    for a, e in zip(cu[:-1], cu[1:]):
+        pos[a:e] = torch.arange(e - a)
+        left[a:e] = torch.arange(e - a - 1, -1, -1)
+    return pos, left
+
+
+def _back(t, d, pos):
+    """Row t - d of the same sequence (+0.0 before its start)."""
+    out = torch.zeros_like(t)
+    if d < t.shape[0]:
+        out[d:] = t[:t.shape[0] - d]
+    return out * (pos >= d)[:, None]
+
+
+def _ahead(t, d, left):
+    """Row t + d of the same sequence (+0.0 at or past its end)."""
+    out = torch.zeros_like(t)
+    if d < t.shape[0]:
+        out[:t.shape[0] - d] = t[d:]
+    return out * (left >= d)[:, None]
+
+
+def reference64_params(cu, x, w, b, dy, activation):
+    """Float64 reference with bias (b: a tensor or None) and activation, and bounds on the
+    magnitude of what each output's rounding errors scale with: (y, dx, dw, db, |y| bound,
+    |dx| bound, |dw| bound, |db| bound)."""
+    T, C = x.shape
+    pos, left = _shifts(cu, T)
+    x64, w64, dy64 = x.double(), w.double(), dy.double()
+    b64 = torch.zeros(C, dtype=torch.float64) if b is None else b.double()
+    xs = [_back(x64, 3 - k, pos) for k in range(4)]  # x(t - 3 + k)
+    a = sum(w64[:, k] * xs[k] for k in range(4)) + b64
+    if activation == "silu":
+        s = torch.sigmoid(a)
+        y = a * s
+        g = dy64 * s * (1 + a * (1 - s))
+    else:
+        y, g = a, dy64
+    dx = sum(w64[:, 3 - j] * _ahead(g, j, left) for j in range(4))
+    dw = torch.stack([(g * xs[k]).sum(0) for k in range(4)], dim=1)
+    db = g.sum(0)
+    # bounds: |a| terms (the fp32 error of a), the same through silu' (|silu'| <= 1.1,
+    # |silu''| <= 0.5), the terms of dx, dw and dbias
+    abs_a = sum(w64[:, k].abs() * xs[k].abs() for k in range(4)) + b64.abs()
+    ay = abs_a * 1.1
+    abs_g = dy64.abs() * ((1.1 + 0.5 * abs_a) if activation == "silu" else 1.0)
+    adx = sum(w64[:, 3 - j].abs() * _ahead(abs_g, j, left) for j in range(4))
+    adw = torch.stack([(abs_g * xs[k].abs()).sum(0) for k in range(4)], dim=1)
+    return y, dx, dw, db, ay, adx, adw, abs_g.sum(0)
+
+
 def reference64(cu, x, w, dy):
     """Float64 PyTorch reference (conv1d per sequence) and the matching bounds of |terms|:
     (y, dx, dw, |y| terms, |dx| terms, |dw| terms)."""
@@ -105,9 +193,10 @@ def assert_close64(name, got, ref, abs_terms, rel, abs_rel):
                            f"{float((err - bound).max())} past the bound")
 
 
-def rank_reference(problem, rank):
+def rank_reference(problem, rank, activation="none", biases=None):
     """What rank `rank` must produce, bitwise, from the C kernels with pools filled straight from
-    the global tensors (no exchange): (global rows, ys, dxs, dws)."""
+    the global tensors (no exchange): (global rows, ys, dxs, dws), and dbs with `biases`. With
+    SiLU the future pool holds dy's rows, then x's at the same global rows (cake.h, Pools)."""
     lib = _lib.get()
     part, _ = _build_partition(lib, problem.cu, problem.world_size, problem.partition)
     plan = ctypes.c_void_p()
@@ -134,21 +223,56 @@ def rank_reference(problem, rank):
         dys = [dy[rows].contiguous() for dy in problem.dys]
         hs = [pool(x, hist) for x in problem.xs]
         fs = [pool(dy, fut) for dy in problem.dys]
+        if activation == "silu":
+            fs = [torch.cat([f, pool(x, fut)]) for f, x in zip(fs, problem.xs)]
         ys = [torch.empty_like(x) for x in xs]
         dxs = [torch.empty_like(x) for x in xs]
         dws = [torch.empty_like(w) for w in problem.ws]
+        dbs = [torch.empty_like(b) for b in biases] if biases is not None else []
         P = _lib.pointer_array
         ptr = lambda ts: P([t.data_ptr() for t in ts])  # noqa: E731
         ch = _lib.int64_array(problem.channels)
-        _lib.check(lib.c.cake_cpu_forward(plan, n, ch, ptr(xs), ptr(problem.ws), None, ptr(hs),
-                                          ptr(ys), None))
-        _lib.check(lib.c.cake_cpu_backward(plan, n, ch, ptr(xs), ptr(problem.ws), None,
+        from cake._ops import conv_params
+        fwd = conv_params(activation, list(biases or []))
+        bwd = conv_params(activation, list(biases or []), dbs)
+        ref = lambda p: None if p is None else ctypes.byref(p)  # noqa: E731
+        _lib.check(lib.c.cake_cpu_forward(plan, n, ch, ptr(xs), ptr(problem.ws), ref(fwd),
+                                          ptr(hs), ptr(ys), None))
+        _lib.check(lib.c.cake_cpu_backward(plan, n, ch, ptr(xs), ptr(problem.ws), ref(bwd),
                                            ptr(hs), ptr(dys), ptr(fs), ptr(dxs), ptr(dws),
                                            None))
+        if biases is not None:
+            return rows, ys, dxs, dws, dbs
         return rows, ys, dxs, dws
     finally:
         lib.c.cake_plan_destroy(plan)
         lib.c.cake_partition_destroy(part)
+
+
+def single_rank_reference(problem, activation="none", biases=None):
+    """The whole batch through the C library's single-rank entry points (cake.h:
+    cake_cpu_forward_single_rank / cake_cpu_backward_single_rank): (ys, dxs, dws, dbs)."""
+    lib = _lib.get()
+    from cake._ops import conv_params
+    n = len(problem.channels)
+    ys = [torch.empty_like(x) for x in problem.xs]
+    dxs = [torch.empty_like(x) for x in problem.xs]
+    dws = [torch.empty_like(w) for w in problem.ws]
+    dbs = [torch.empty_like(b) for b in biases] if biases is not None else []
+    P = _lib.pointer_array
+    ptr = lambda ts: P([t.data_ptr() for t in ts])  # noqa: E731
+    ch = _lib.int64_array(problem.channels)
+    cu = _lib.int64_array(problem.cu)
+    fwd = conv_params(activation, list(biases or []))
+    bwd = conv_params(activation, list(biases or []), dbs)
+    ref = lambda p: None if p is None else ctypes.byref(p)  # noqa: E731
+    _lib.check(lib.c.cake_cpu_forward_single_rank(cu, len(problem.cu) - 1, n, ch,
+                                                  ptr(problem.xs), ptr(problem.ws), ref(fwd),
+                                                  ptr(ys), None))
+    _lib.check(lib.c.cake_cpu_backward_single_rank(cu, len(problem.cu) - 1, n, ch,
+                                                   ptr(problem.xs), ptr(problem.ws), ref(bwd),
+                                                   ptr(problem.dys), ptr(dxs), ptr(dws), None))
+    return ys, dxs, dws, dbs
 
 
 def bits(t):
