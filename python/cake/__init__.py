@@ -1,7 +1,11 @@
 """cake: deterministic context-parallel short causal convolutions for PyTorch.
 
 See :mod:`cake.causal_conv1d_det_train_kcp` for the API; its four names are re-exported here,
-with :class:`CakeError` (a RuntimeError carrying the C library's status). The same four names
+with :class:`CakeError` (a RuntimeError carrying the C library's status). Beyond the seed,
+:mod:`cake.short_convolution`: :class:`ShortConvolution`, a drop-in for FLA's
+``fla.modules.ShortConvolution`` (bias and SiLU fused, context parallel),
+:func:`short_convolution_multi` (a layer's q, k and v modules as one multi call) and
+:func:`set_conv_context`. The same four names
 are also importable as ``flashinfer.cake_causal_conv1d_det_train_kcp`` (the seed's full name).
 The C library (libcake.so, or libcake_cuda.so with the GPU kernels) is loaded on first use:
 from $CAKE_LIBRARY when set, else from this package's directory. Needs torch >= 2.6.
@@ -19,6 +23,10 @@ from .causal_conv1d_det_train_kcp import (ContextDetKcp, RecomputeHandleDetKcp, 
                                           cake_causal_conv1d_det_kcp,
                                           cake_causal_conv1d_det_multi_kcp)
 
+from .short_convolution import (ShortConvolution, set_conv_context,  # noqa: E402
+                                short_convolution_multi)
+
 __all__ = ["cake_causal_conv1d_det_kcp", "cake_causal_conv1d_det_multi_kcp", "ContextDetKcp",
-           "RecomputeHandleDetKcp", "CakeError"]
+           "RecomputeHandleDetKcp", "CakeError", "ShortConvolution", "short_convolution_multi",
+           "set_conv_context"]
 __version__ = "1.0.0"

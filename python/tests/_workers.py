@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from torch.utils.checkpoint import checkpoint
 
 import cake
-from _problems import Problem, run_op
+from _problems import VARIANTS, Problem, make_biases, run_op, run_variant
 
 
 def spawn(case, world_size, tmp_path, *args, backend="gloo", deadline=150):
@@ -268,6 +268,121 @@ def case_compile(rank, world_size, seed):
     return {"runs": runs, "rows": rows}
 
 
+def case_bias_silu(rank, world_size, seeds, device="cpu"):
+    """For each seed and variant (activation, bias): the multi call, single calls and the multi
+    call again through the internal entry point; then a checkpointed SiLU + bias multi call
+    with a recompute handle, counting collectives."""
+    out = []
+    for seed in seeds:
+        p = Problem(seed, world_size)
+        ctx = cake.ContextDetKcp(p.cu, partition=p.partition, check=seed % 2 == 0)
+        rows = ctx.global_rows()
+        xs = [x[rows].to(device) for x in p.xs]
+        ws = [w.to(device) for w in p.ws]
+        dys = [dy[rows].to(device) for dy in p.dys]
+        bs = [b.to(device) for b in make_biases(p)]
+        res = {"rows": rows, "variants": {}}
+        for act, with_bias in VARIANTS:
+            b = bs if with_bias else None
+            res["variants"][(act, with_bias)] = {
+                kind: [_cpu(t) for t in run_variant(ctx, xs, ws, b, dys, multi, act)]
+                for kind, multi in (("multi", True), ("single", False), ("again", True))}
+        n = len(xs)
+        leaves = [t.clone().requires_grad_() for t in xs + ws + bs]
+        handle = cake.RecomputeHandleDetKcp()
+        from cake.causal_conv1d_det_train_kcp import conv_det_kcp
+
+        def body(*t):
+            return conv_det_kcp(list(t[:n]), list(t[n:2 * n]), ctx, biases=list(t[2 * n:]),
+                                activation="silu", recompute_handle=handle)
+
+        plain_leaves = [t.clone().requires_grad_() for t in xs + ws + bs]
+        a = ctx.stats()
+        ys = body(*plain_leaves)  # without checkpoint: the exchanges of one call
+        handle.close()
+        handle = cake.RecomputeHandleDetKcp()
+        b_ = ctx.stats()
+        torch.autograd.backward(list(ys), dys)
+        c = ctx.stats()
+        res["plain_exchanges"] = (b_["exchanges"] - a["exchanges"],
+                                  c["exchanges"] - b_["exchanges"])
+        a = ctx.stats()
+        with _Counter() as fwd:
+            ys = checkpoint(body, *leaves, use_reentrant=False)
+        b_ = ctx.stats()
+        with _Counter() as bwd:
+            torch.autograd.backward(list(ys), dys)
+        c = ctx.stats()
+        res["checkpoint"] = {
+            "collectives": (fwd.calls, bwd.calls),
+            "exchanges": (b_["exchanges"] - a["exchanges"], c["exchanges"] - b_["exchanges"]),
+            "check_rounds": (b_["check_rounds"] - a["check_rounds"],
+                             c["check_rounds"] - b_["check_rounds"]),
+            "from_handle": c["forwards_from_handle"] - a["forwards_from_handle"],
+            "out": [_cpu([y.detach() for y in ys]), _cpu([t.grad for t in leaves[:n]]),
+                    _cpu([t.grad for t in leaves[n:2 * n]]),
+                    _cpu([t.grad for t in leaves[2 * n:]])]}
+        out.append(res)
+        ctx.close()
+    return out
+
+
+def short_conv_layer(seed):
+    """Three cake.ShortConvolution modules (q, k, v; different widths), bias and SiLU."""
+    torch.manual_seed(seed)
+    convs = [cake.ShortConvolution(d, 4, bias=True, activation="silu") for d in (16, 16, 24)]
+    with torch.no_grad():
+        for m in convs:
+            m.bias.normal_(0, 0.5)
+    return convs
+
+
+def short_conv_inputs(seed, T):
+    g = torch.Generator().manual_seed(seed + 1)
+    xs = [(torch.randn(1, T, d, generator=g) * 2).to(torch.bfloat16) for d in (16, 16, 24)]
+    dys = [torch.randn(1, T, d, generator=g).to(torch.bfloat16) for d in (16, 16, 24)]
+    return xs, dys
+
+
+def case_short_conv(rank, world_size, seed, cu, partition):
+    """cake.ShortConvolution under context parallelism: the modules called FLA's way with the
+    context and handles set on them (set_conv_context), under checkpoint; then the multi
+    helper with an explicit context and handle. Outputs, gradients and exchange counts."""
+    convs = short_conv_layer(seed)
+    xs_global, dys_global = short_conv_inputs(seed, cu[-1])
+    ctx = cake.ContextDetKcp(cu, partition=partition)
+    rows = ctx.global_rows()
+    xs = [x[:, rows] for x in xs_global]
+    dys = [dy[:, rows] for dy in dys_global]
+    out = {"rows": rows}
+    for kind in ("modules", "multi"):
+        for m in convs:
+            m.zero_grad()
+        leaves = [x.clone().requires_grad_() for x in xs]
+        handle = cake.RecomputeHandleDetKcp()
+        if kind == "modules":
+            cake.set_conv_context(convs, ctx, recompute_handles=True)
+            fn = lambda *t: tuple(m(x=x, cu_seqlens=None)[0] for m, x in zip(convs, t))  # noqa
+        else:
+            cake.set_conv_context(convs, None)
+            fn = lambda *t: cake.short_convolution_multi(  # noqa: E731
+                convs, list(t), ctx=ctx, recompute_handle=handle)
+        a = ctx.stats()
+        ys = checkpoint(fn, *leaves, use_reentrant=False)
+        b = ctx.stats()
+        torch.autograd.backward(list(ys), dys)
+        c = ctx.stats()
+        out[kind] = {"ys": _cpu(ys), "dxs": _cpu([t.grad for t in leaves]),
+                     "dws": [m.weight.grad.clone() for m in convs],
+                     "dbs": [m.bias.grad.clone() for m in convs],
+                     "exchanges": (b["exchanges"] - a["exchanges"],
+                                   c["exchanges"] - b["exchanges"]),
+                     "calls": (b["forward_calls"] - a["forward_calls"],
+                               c["forward_calls"] - b["forward_calls"]),
+                     "from_handle": c["forwards_from_handle"] - a["forwards_from_handle"]}
+    return out
+
+
 def case_nccl(rank, world_size, seeds):
     """A world-size-1 NCCL group: CUDA results through the group's context, against CPU."""
     out = case_match(rank, world_size, seeds, device="cuda")
@@ -279,4 +394,5 @@ def case_nccl(rank, world_size, seeds):
 
 CASES = {"match": case_match, "checkpoint": case_checkpoint, "failure": case_failure,
          "timeout": case_timeout, "mismatch": case_mismatch, "nccl": case_nccl,
-         "timeout_inf": case_timeout_inf, "compile": case_compile}
+         "timeout_inf": case_timeout_inf, "compile": case_compile,
+         "bias_silu": case_bias_silu, "short_conv": case_short_conv}
