@@ -4,7 +4,11 @@
 #     python3-dev and g++ (torch.compile's Inductor compiles C++ for the CPU tests);
 #   * a virtual environment of /usr/bin/python3 with PyPI's torch, pinned (the current release:
 #     the tests, torch.compile ones included, run on it; about 50 s to install, with the CUDA
-#     libraries PyPI's default Linux wheel brings), numpy and pytest.
+#     libraries PyPI's default Linux wheel brings), numpy and pytest;
+#   * fla-core (FLA's modules, pinned; its one dependency einops, pinned too), for the tests of
+#     cake.ShortConvolution against FLA's fla.modules.ShortConvolution (signatures, state_dict;
+#     on the CPU: FLA's kernels need CUDA). Installed with --no-deps: its extras would bring
+#     their own torch and triton, and the venv's torch stays the one pinned here.
 # cake supports torch >= 2.6; README.md lists the versions tested. Debian's own python3-torch
 # (1.13) is too old for torch.library custom ops and torch.compile and is not used.
 # Usage: scripts/install-python-deps.sh [VENV]   (default: build-python/venv)
@@ -17,6 +21,8 @@ VENV=${1:-build-python/venv}
 TORCH=${TORCH_VERSION:-2.15.0}
 NUMPY=2.4.6
 PYTEST=8.3.5
+FLA_CORE=0.6.0
+EINOPS=0.8.2
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -40,6 +46,9 @@ fi
 have() {  # have MODULE VERSION: the venv imports MODULE at exactly VERSION (a local tag aside)
   "$VENV/bin/python" -c "import sys, $1; sys.exit($1.__version__.split('+')[0] != '$2')" 2>/dev/null
 }
+have_dist() {  # have_dist DISTRIBUTION VERSION: installed at exactly VERSION (without importing it)
+  "$VENV/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('$1') != '$2')" 2>/dev/null
+}
 want=()
 have torch "$TORCH" || want+=("torch==$TORCH")
 have numpy "$NUMPY" || want+=("numpy==$NUMPY")
@@ -47,5 +56,12 @@ have pytest "$PYTEST" || want+=("pytest==$PYTEST")
 if [ ${#want[@]} -gt 0 ]; then
   echo "install-python-deps: pip install ${want[*]} (PyPI, into $VENV)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${want[@]}"
+fi
+nodeps=()
+have_dist einops "$EINOPS" || nodeps+=("einops==$EINOPS")
+have_dist fla-core "$FLA_CORE" || nodeps+=("fla-core==$FLA_CORE")
+if [ ${#nodeps[@]} -gt 0 ]; then
+  echo "install-python-deps: pip install --no-deps ${nodeps[*]} (PyPI, into $VENV)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${nodeps[@]}"
 fi
 "$VENV/bin/python" -c "import sys, torch, torch.distributed as d; assert d.is_available() and d.is_gloo_available(); print('install-python-deps: Python', sys.version.split()[0], 'torch', torch.__version__, 'in', sys.prefix)"
