@@ -5,13 +5,18 @@ What is timed, per shape (n tensors of [S, C], one process, packed sequences):
 
 * ``cake api``: ``cake_causal_conv1d_det_multi_kcp`` eagerly, and ``cake compiled``: the same
   under ``torch.compile(fullgraph=True)``;
+* with bias and SiLU (what KDA layers run, issue 12): ``cake ShortConv silu+bias`` (three
+  ``cake.ShortConvolution`` modules called FLA's way, ``cu_seqlens`` given), ``cake multi
+  silu+bias`` (the same three through ``cake.short_convolution_multi``: one exchange per
+  direction) and ``cake C ctx calls silu+bias`` (the C calls with their params);
 * ``cake C kernels``: the plan-level GPU kernels of bench_gpu.py (CUDA-graph replays, so no
   host cost at all: the floor);
 * ``torch conv1d``: a depthwise ``F.conv1d`` over the whole batch (it ignores sequence
   boundaries, so it does less);
 * ``fla``: FLA's ``ShortConvolution`` (the ``fla-core`` wheel; triton backend) with
-  ``activation=None`` and ``'silu'``, and ``dao``: Dao's ``causal_conv1d_fn``, each where
-  installed (a row says "absent" otherwise).
+  ``activation=None``, ``'silu'``, and ``'silu'`` with a bias (beside cake's silu+bias rows),
+  and ``dao``: Dao's ``causal_conv1d_fn``, each where installed (a row says "absent"
+  otherwise, or "failed: ..." where it cannot run, as FLA's Triton kernels on a CPU).
 
 Forward, and forward+backward through ``torch.autograd.grad`` (no gradient accumulation is
 timed), between CUDA events: the median of single calls on an idle GPU (so the host's time to
@@ -194,13 +199,20 @@ def cake_api(cake, ctx, xs0, ws0, dys, compiled):
 
 class CtxCalls:
     """The context-level C calls with every array prepared once: what the binding adds is the
-    difference to the API (host time), and the C library's own host cost is this."""
+    difference to the API (host time), and the C library's own host cost is this. With
+    `activation` ("silu") and/or `biases`, the calls take those params (cake_conv_params)."""
 
-    def __init__(self, cake, ctx, xs, ws, dys):
+    def __init__(self, cake, ctx, xs, ws, dys, activation="none", biases=None):
         from cake import _lib
+        from cake._ops import conv_params
         self.ctx, self.lib = ctx, ctx._lib.c
         n = len(xs)
         self.n = n
+        self.biases = list(biases or [])
+        self.dbiases = [torch.empty_like(b) for b in self.biases]
+        self.params = (conv_params(activation, self.biases),
+                       conv_params(activation, self.biases, self.dbiases))
+        self.pp = [None if p is None else ctypes.byref(p) for p in self.params]
         self.keep = [torch.empty_like(x) for x in xs], \
             [x.new_empty((ctx.pool_rows, x.shape[-1])) for x in xs], \
             [torch.empty_like(x) for x in xs], [torch.empty_like(w) for w in ws]
@@ -211,7 +223,8 @@ class CtxCalls:
         self.channels = _lib.int64_array([x.shape[-1] for x in xs])
         self.cuda = xs[0].is_cuda
         if self.cuda:
-            self.ws_bytes = [ctx._cuda_workspace_bytes(ctx._spec(xs), b) for b in (0, 1)]
+            self.ws_bytes = [ctx._cuda_workspace_bytes(ctx._spec(xs), b, self.params[b])
+                             for b in (0, 1)]
             self.workspace = [torch.empty(max(b, 1), dtype=torch.uint8, device=xs[0].device)
                               for b in self.ws_bytes]
 
@@ -224,22 +237,22 @@ class CtxCalls:
         if self.cuda:
             stream = torch.cuda.current_stream().cuda_stream
             self._check(self.lib.cake_forward_multi_cuda(
-                self.ctx._ptr, self.n, self.channels, x, w, None, y, h, None, -1,
+                self.ctx._ptr, self.n, self.channels, x, w, self.pp[0], y, h, None, -1,
                 self.workspace[0].data_ptr(), self.ws_bytes[0], stream))
         else:
             self._check(self.lib.cake_forward_multi(self.ctx._ptr, self.n, self.channels, x, w,
-                                                    None, y, h, None))
+                                                    self.pp[0], y, h, None))
 
     def backward(self):
         x, w, _, h, dy, dx, dw = self.arrays
         if self.cuda:
             stream = torch.cuda.current_stream().cuda_stream
             self._check(self.lib.cake_backward_multi_cuda(
-                self.ctx._ptr, self.n, self.channels, x, w, None, h, dy, dx, dw, -1,
+                self.ctx._ptr, self.n, self.channels, x, w, self.pp[1], h, dy, dx, dw, -1,
                 self.workspace[1].data_ptr(), self.ws_bytes[1], stream))
         else:
             self._check(self.lib.cake_backward_multi(self.ctx._ptr, self.n, self.channels, x, w,
-                                                     None, h, dy, dx, dw))
+                                                     self.pp[1], h, dy, dx, dw))
 
     def forward_backward(self):
         self.forward()
@@ -261,11 +274,41 @@ def torch_conv(xs0, ws0, dys0):
     return fwd, fwd_bwd
 
 
-def fla_conv(cu, xs0, dys0, activation):
+def make_biases(xs, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(x.shape[-1], generator=g) * 0.5).to(x.device) for x in xs]
+
+
+def cake_modules(cake, cu, xs0, dys0, multi):
+    """cake's drop-in with bias and SiLU: three cake.ShortConvolution modules (fp32 parameters,
+    as nn.Conv1d's default) called FLA's way with cu_seqlens (the cached single-process context
+    of it), or the same three through cake.short_convolution_multi."""
+    device = xs0[0].device
+    torch.manual_seed(0)
+    convs = [cake.ShortConvolution(x.shape[-1], kernel_size=4, bias=True, activation="silu",
+                                   device=device) for x in xs0]
+    xs = [x[None].clone().requires_grad_() for x in xs0]
+    dys = [d[None] for d in dys0]
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    params = [p for c in convs for p in c.parameters()]
+
+    if multi:
+        def fwd():
+            return cake.short_convolution_multi(convs, xs, cu_seqlens=cu_t)
+    else:
+        def fwd():
+            return [c(x, cu_seqlens=cu_t)[0] for c, x in zip(convs, xs)]
+
+    def fwd_bwd():
+        return torch.autograd.grad(fwd(), xs + params, dys)
+    return fwd, fwd_bwd
+
+
+def fla_conv(cu, xs0, dys0, activation, bias=False):
     """FLA's ShortConvolution (three modules, as a KDA layer has), varlen through cu_seqlens."""
     from fla.modules import ShortConvolution
     device = xs0[0].device
-    convs = [ShortConvolution(x.shape[-1], kernel_size=4, bias=False, activation=activation,
+    convs = [ShortConvolution(x.shape[-1], kernel_size=4, bias=bias, activation=activation,
                               device=device, dtype=torch.bfloat16) for x in xs0]
     xs = [x[None].clone().requires_grad_() for x in xs0]
     dys = [d[None] for d in dys0]
@@ -360,7 +403,7 @@ def main(argv=None):
         rows.append(row)
         shown = f"{row['us']:9.1f} {row['queued_us']:9.1f} us" if ms is not None else \
             "        -           -   "
-        print(f"  {shape:15} {impl:24} {direction:7} {shown} {note}", flush=True)
+        print(f"  {shape:15} {impl:28} {direction:7} {shown} {note}", flush=True)
 
     def timed(fn):
         return median_ms(fn, reps, device), queued_ms(fn, reps, device)
@@ -396,11 +439,19 @@ def main(argv=None):
         attempt(name, "cake api", lambda: cake_api(cake, ctx, xs, ws, dys, False), nbytes)
         if not args.no_compile:
             attempt(name, "cake compiled", lambda: cake_api(cake, ctx, xs, ws, dys, True), nbytes)
+        calls_sb = CtxCalls(cake, ctx, xs, ws, dys, "silu", make_biases(xs, 3))
+        ms, q = timed(calls_sb.forward)
+        add(name, "cake C ctx calls silu+bias", "fwd", ms, nbytes[0], queued=q)
+        ms, q = timed(calls_sb.forward_backward)
+        add(name, "cake C ctx calls silu+bias", "fwd+bwd", ms, nbytes[1], queued=q)
+        for impl, multi in (("cake ShortConv silu+bias", False), ("cake multi silu+bias", True)):
+            attempt(name, impl, lambda: cake_modules(cake, cu, xs, dys, multi), nbytes)
         attempt(name, "torch conv1d", lambda: torch_conv(xs, ws, dys), nbytes)
         for act in (None, "silu"):
             attempt(name, f"fla act={act}", lambda: fla_conv(cu, xs, dys, act), nbytes)
+        attempt(name, "fla act=silu bias", lambda: fla_conv(cu, xs, dys, "silu", True), nbytes)
         attempt(name, "dao causal-conv1d", lambda: dao_conv(cu, xs, ws, dys), nbytes)
-        del ctx, calls
+        del ctx, calls, calls_sb
         if device == "cuda":
             torch.cuda.empty_cache()
 
@@ -421,27 +472,36 @@ def main(argv=None):
         f, fb = host_us(fwd, calls_per_round, device), host_us(fwd_bwd, calls_per_round, device)
         host.append({"impl": impl, "fwd": f, "fwd+bwd": fb,
                      "binding_fwd": f - c_fwd, "binding_fwd+bwd": fb - c_both})
+    calls_sb = CtxCalls(cake, ctx, xs, ws, dys, "silu", make_biases(xs, 4))
+    sb_fwd = host_us(calls_sb.forward, calls_per_round, device)
+    sb_both = host_us(calls_sb.forward_backward, calls_per_round, device)
+    host.append({"impl": "cake C ctx calls silu+bias", "fwd": sb_fwd, "fwd+bwd": sb_both})
+    fwd, fwd_bwd = cake_modules(cake, cu, xs, dys, True)
+    f, fb = host_us(fwd, calls_per_round, device), host_us(fwd_bwd, calls_per_round, device)
+    host.append({"impl": "cake multi silu+bias", "fwd": f, "fwd+bwd": fb,
+                 "binding_fwd": f - sb_fwd, "binding_fwd+bwd": fb - sb_both})
 
     print()
     print("us: median of single calls on an idle GPU (events; host time to the first kernel "
           "included); queued: per call, calls back to back (GB/s and %copy from this)")
-    print(f"{'shape':15} {'impl':24} {'dir':7} {'us':>9} {'queued':>9} {'GB/s':>7} "
+    print(f"{'shape':15} {'impl':28} {'dir':7} {'us':>9} {'queued':>9} {'GB/s':>7} "
           f"{'%copy':>6}  note")
     for r in rows:
         if r["us"] is None:
-            print(f"{r['shape']:15} {r['impl']:24} {r['dir']:7} {'-':>9} {'-':>9} {'-':>7} "
+            print(f"{r['shape']:15} {r['impl']:28} {r['dir']:7} {'-':>9} {'-':>9} {'-':>7} "
                   f"{'-':>6}  {r['note']}")
         else:
-            print(f"{r['shape']:15} {r['impl']:24} {r['dir']:7} {r['us']:9.1f} "
+            print(f"{r['shape']:15} {r['impl']:28} {r['dir']:7} {r['us']:9.1f} "
                   f"{r['queued_us']:9.1f} {r['GBps']:7.0f} {r['pct_copy']:5.1f}%  {r['note']}")
     where = "host time" if device == "cuda" else "wall time (the CPU computes in the call)"
     print(f"\n{where} per call at {name}, us (no synchronisation inside the loop):")
-    print(f"{'impl':24} {'fwd':>9} {'fwd+bwd':>9} {'binding fwd':>12} {'binding f+b':>12}")
+    print(f"{'impl':28} {'fwd':>9} {'fwd+bwd':>9} {'binding fwd':>12} {'binding f+b':>12}")
     for h in host:
         extra = (f" {h['binding_fwd']:12.1f} {h['binding_fwd+bwd']:12.1f}"
                  if "binding_fwd" in h else "")
-        print(f"{h['impl']:24} {h['fwd']:9.1f} {h['fwd+bwd']:9.1f}{extra}")
-    print("(binding = the API's time minus the C calls' with prepared arrays)")
+        print(f"{h['impl']:28} {h['fwd']:9.1f} {h['fwd+bwd']:9.1f}{extra}")
+    print("(binding = the API's time minus the C calls' with prepared arrays and the same "
+          "params)")
     result = {"info": info, "rows": rows, "host_us": {"shape": name, "rows": host}}
     path = args.json or (os.path.join(os.environ["OUT"], "bench_api.json")
                          if os.environ.get("OUT") else None)

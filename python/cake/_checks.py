@@ -60,7 +60,10 @@ def check_sequences(xs, weights):
                          f"{len(weights)}")
 
 
-def _pair_ok(x, w, rows, device_index, is_cuda):
+_CONV1D = (1, 4)  # the trailing dims of nn.Conv1d's depthwise weight [C, 1, 4]
+
+
+def _pair_ok(x, w, rows, device_index, is_cuda, conv1d_weights=False):
     """True when (x, w) passes every check below (without wording any message)."""
     try:
         shape = x.shape
@@ -69,16 +72,19 @@ def _pair_ok(x, w, rows, device_index, is_cuda):
         return (x.dtype is _BF16 and w.dtype is _F32 and x.layout is _STRIDED and
                 w.layout is _STRIDED and (dims == 2 or (dims == 3 and shape[0] == 1)) and
                 shape[-2] == rows and channels > 0 and channels % 8 == 0 and
-                w.shape == (channels, 4) and x.is_contiguous() and w.is_contiguous() and
+                (w.shape == (channels, 4) or
+                 (conv1d_weights and w.shape == (channels, 1, 4))) and
+                x.is_contiguous() and w.is_contiguous() and
                 x.is_cuda is is_cuda and (is_cuda or x.is_cpu) and
                 x.get_device() == device_index and w.get_device() == device_index)
     except (AttributeError, TypeError, IndexError):
         return False
 
 
-def check_pair(ctx, x, w, x_name, w_name, device):
+def check_pair(ctx, x, w, x_name, w_name, device, conv1d_weights=False):
     """Checks one (x, w) in detail; `device` is the device every tensor must share (None: x's).
-    Returns x's device."""
+    `conv1d_weights`: [C, 1, 4] (nn.Conv1d's depthwise layout, the same memory) is accepted
+    too. Returns x's device."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{x_name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype != torch.bfloat16:
@@ -111,7 +117,8 @@ def check_pair(ctx, x, w, x_name, w_name, device):
     if w.device != x.device:
         raise ValueError(f"{w_name}: expected device {x.device} (the device of {x_name}), got "
                          f"{w.device}")
-    if tuple(w.shape) != (channels, 4):
+    if tuple(w.shape) != (channels, 4) and not (conv1d_weights and
+                                                tuple(w.shape) == (channels, 1, 4)):
         raise ValueError(f"{w_name}: expected shape [{channels}, 4] (the channels of {x_name}, "
                          f"4 taps), got {_shape(w)}")
     if not w.is_contiguous():
@@ -198,9 +205,9 @@ def check_library_for(device):
     return lib
 
 
-def check_call(ctx, xs, ws, recompute_handle, cooperative, multi):
+def check_call(ctx, xs, ws, recompute_handle, cooperative, multi, conv1d_weights=False):
     """Every check of one call (xs, ws: sequences of equal length >= 1); returns the C launch
-    form."""
+    form. `conv1d_weights` (internal calls): weights may be [C, 1, 4] too."""
     flag = check_common(ctx, recompute_handle, cooperative)
     x0 = xs[0]
     rows = ctx.local_rows
@@ -209,10 +216,10 @@ def check_call(ctx, xs, ws, recompute_handle, cooperative, multi):
         index = x0.get_device()
     except (AttributeError, TypeError):
         is_cuda, index = False, None
-    if not all(_pair_ok(x, w, rows, index, is_cuda) for x, w in zip(xs, ws)):
+    if not all(_pair_ok(x, w, rows, index, is_cuda, conv1d_weights) for x, w in zip(xs, ws)):
         device = None
         for i, (x, w) in enumerate(zip(xs, ws)):
-            device = check_pair(ctx, x, w, *_names(multi, i), device)
+            device = check_pair(ctx, x, w, *_names(multi, i), device, conv1d_weights)
     if is_cuda and not _compiling():
         check_library_for(x0.device)  # (the 16-byte alignment: checked where the pointers are)
     return flag

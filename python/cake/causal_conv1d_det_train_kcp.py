@@ -180,7 +180,8 @@ def conv_det_kcp(xs, weights, ctx, *, biases=None, activation=None, recompute_ha
 
     As :func:`cake_causal_conv1d_det_multi_kcp` (``multi=True``: xs and weights are sequences,
     one exchange per direction for all) or :func:`cake_causal_conv1d_det_kcp` (``multi=False``:
-    one tensor each, and `biases` one tensor or None), plus: `biases` None or one FP32 ``[C_i]``
+    one tensor each, and `biases` one tensor or None; weights may also be ``[C_i, 1, 4]``,
+    nn.Conv1d's depthwise layout, the same memory), plus: `biases` None or one FP32 ``[C_i]``
     contiguous tensor per tensor, on x's device (``a = acc + bias[c]``, one fp32 add), and
     `activation` None or ``"silu"`` (``y = bf16(silu(a))`` by the fixed fp32 sequence of
     docs/NUMERICS.md). Differentiable in xs, weights and biases: the bias's gradient is this
@@ -191,7 +192,7 @@ def conv_det_kcp(xs, weights, ctx, *, biases=None, activation=None, recompute_ha
         _checks.check_sequences(xs, weights)
     else:
         xs, weights = (xs,), (weights,)
-    flag = _checks.check_call(ctx, xs, weights, recompute_handle, cooperative, multi)
+    flag = _checks.check_call(ctx, xs, weights, recompute_handle, cooperative, multi, True)
     act = _checks.check_activation(activation)
     bs = _checks.check_biases(xs, biases, multi)
     ys = ConvFunction.apply(ctx, recompute_handle, flag, multi, act, bool(bs), *xs, *weights,

@@ -264,20 +264,19 @@ class ShortConvolution(nn.Conv1d):
         return _ACTIVATIONS[act]
 
     def _params(self, device):
-        """The fp32 [D, 4] weight and [D] bias (None) the kernels read, on x's device."""
-        D = self.hidden_size
+        """The fp32 weight (``[D, 1, 4]``: the kernels read it as ``[D, 4]``, the same memory)
+        and ``[D]`` bias (None) the kernels read, on x's device."""
         w = self.weight
+        b = self.bias
         if w.device != device:
             raise ValueError(f"x: expected the device of the module's weight ({w.device}), got "
                              f"{device}")
-        w = w.reshape(D, 4)
-        if w.dtype != _F32:
+        if w.dtype is not _F32:
             w = w.float()
         if not w.is_contiguous():
             w = w.contiguous()
-        b = self.bias
         if b is not None:
-            if b.dtype != _F32:
+            if b.dtype is not _F32:
                 b = b.float()
             if not b.is_contiguous():
                 b = b.contiguous()
@@ -289,19 +288,23 @@ class ShortConvolution(nn.Conv1d):
         return w, b
 
     def _rows(self, x, name):
-        """x [B, T, D] as the [B*T, D] bf16 contiguous (aligned) rows cake reads, and (B, T)."""
+        """x [B, T, D] as the rows cake reads ([1, T, D] as it is when contiguous, else a
+        contiguous, 16-byte aligned copy; B > 1 as [B*T, D]), and (B, T)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-        if x.dtype != _BF16:
+        if x.dtype is not _BF16:
             raise TypeError(f"{name}: expected dtype torch.bfloat16 (cake's kernels read bf16 "
                             f"activations), got {x.dtype}")
-        if x.dim() != 3:
-            raise ValueError(f"{name}: expected shape [B, T, D], got {list(x.shape)}")
-        B, T, D = x.shape
+        shape = x.shape
+        if len(shape) != 3:
+            raise ValueError(f"{name}: expected shape [B, T, D], got {list(shape)}")
+        B, T, D = shape
         if D != self.hidden_size:
             raise ValueError(f"{name}: expected D = hidden_size = {self.hidden_size} channels, "
-                             f"got shape {list(x.shape)}")
-        rows = x.reshape(B * T, D) if x.is_contiguous() else x.contiguous().view(B * T, D)
+                             f"got shape {list(shape)}")
+        rows = x if x.is_contiguous() else x.contiguous()
+        if B != 1:
+            rows = rows.view(B * T, D)
         if rows.is_cuda and rows.data_ptr() % _ALIGN:
             rows = rows.clone()
         return rows, B, T
@@ -323,14 +326,18 @@ class ShortConvolution(nn.Conv1d):
                 cu_seqlens=None, chunk_indices=None, *, ctx=None, recompute_handle=None,
                 cooperative=None, **kwargs):
         """See the class docstring: FLA's forward, returning ``(y, None)``."""
-        cu_seqlens_cpu = _refuse_unsupported(residual, mask, cache, output_final_state, kwargs)
+        cu_seqlens_cpu = None
+        if residual is not None or mask is not None or cache is not None or \
+                output_final_state or kwargs:
+            cu_seqlens_cpu = _refuse_unsupported(residual, mask, cache, output_final_state,
+                                                 kwargs)
         rows, B, T = self._rows(x, "x")
         ctx = _resolve_context(ctx, self.context, cu_seqlens, cu_seqlens_cpu, B, T, "x")
         w, b = self._params(rows.device)
         y = conv_det_kcp(rows, w, ctx, biases=b, activation=self._activation(),
                          recompute_handle=self._handle(recompute_handle),
                          cooperative=cooperative, multi=False)
-        return y.view(B, T, self.hidden_size), None
+        return (y if B == 1 else y.view(B, T, self.hidden_size)), None
 
 
 def _refuse_unsupported(residual, mask, cache, output_final_state, kwargs):
@@ -433,7 +440,7 @@ def short_convolution_multi(convs, xs, *, cu_seqlens=None, ctx=None, recompute_h
     if len(xs) != len(convs):
         raise ValueError(f"xs: expected {len(convs)} tensors (one per module of convs), got "
                          f"{len(xs)}")
-    cu_seqlens_cpu = _refuse_unsupported(None, None, None, False, kwargs)
+    cu_seqlens_cpu = _refuse_unsupported(None, None, None, False, kwargs) if kwargs else None
     first = convs[0]
     act = first._activation()
     has_bias = first.bias is not None
@@ -465,6 +472,8 @@ def short_convolution_multi(convs, xs, *, cu_seqlens=None, ctx=None, recompute_h
     ys = conv_det_kcp(rows, ws, ctx, biases=bs, activation=act,
                       recompute_handle=first._handle(recompute_handle),
                       cooperative=cooperative, multi=True)
+    if B == 1:
+        return tuple(ys)
     return tuple(y.view(B, T, m.hidden_size) for y, m in zip(ys, convs))
 
 

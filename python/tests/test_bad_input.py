@@ -47,6 +47,9 @@ CASES = [
      r"w: expected shape \[16, 4\] \(the channels of x, 4 taps\), got \[16, 3\]"),
     (lambda c: single(c, X, torch.zeros(8, 4)), ValueError,
      r"w: expected shape \[16, 4\]"),
+    # nn.Conv1d's [C, 1, 4] is for the internal calls of cake.ShortConvolution only
+    (lambda c: single(c, X, torch.zeros(C, 1, 4)), ValueError,
+     r"w: expected shape \[16, 4\] \(the channels of x, 4 taps\), got \[16, 1, 4\]"),
     (lambda c: single(c, X, torch.zeros(4, C).t()), ValueError,
      "w: expected a contiguous tensor"),
     (lambda c: single(c, X.to_sparse(), W), ValueError, "x: expected a dense"),
