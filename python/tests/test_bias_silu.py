@@ -9,8 +9,12 @@ from torch.utils.checkpoint import checkpoint
 
 import cake
 from cake.causal_conv1d_det_train_kcp import conv_det_kcp
-from _problems import (VARIANTS, Problem, assert_bitwise, assert_close64, make_biases,
-                       reference64_params, run_variant, single_rank_reference, variant_id)
+from _problems import (VARIANTS, Problem, assert_bitwise, assert_close64, cuda_ready,
+                       make_biases, reference64_params, run_variant, single_rank_reference,
+                       variant_id)
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not cuda_ready(), reason="needs a CUDA device and libcake_cuda"))]
 
 NAMES = ("y", "dx", "dw", "dbias")
 
@@ -165,14 +169,16 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["plain", "checkpoint+handle"])
 @pytest.mark.parametrize("multi", [True, False])
-def test_compiled_is_bitwise_eager(fresh_dynamo, multi, mode):
+def test_compiled_is_bitwise_eager(fresh_dynamo, multi, mode, device):
     """torch.compile(fullgraph) with bias and SiLU: no graph break, bitwise the eager step, the
     same C calls (the compiled backward's recompute reads the handle)."""
     p = Problem(8600 + multi, 1, max_rows=400, max_tensors=3)
     ctx = cake.ContextDetKcp(p.cu)
-    bs = make_biases(p)
+    bs = [b.to(device) for b in make_biases(p)]
+    xs, ws, dys = ([t.to(device) for t in ts] for ts in (p.xs, p.ws, p.dys))
     n = len(p.xs)
 
     def body(handles, *t):
@@ -190,12 +196,12 @@ def test_compiled_is_bitwise_eager(fresh_dynamo, multi, mode):
         return checkpoint(body, handles, *t, use_reentrant=False)
 
     def run(fn):
-        leaves = [t.clone().requires_grad_() for t in p.xs + p.ws + bs]
+        leaves = [t.clone().requires_grad_() for t in xs + ws + bs]
         handles = [cake.RecomputeHandleDetKcp() if mode != "plain" else None
                    for _ in range(1 if multi else n)]
         before = ctx.stats()
         outs = fn(handles, *leaves)
-        torch.autograd.backward(list(outs), p.dys)
+        torch.autograd.backward(list(outs), dys)
         after = ctx.stats()
         delta = {k: after[k] - before[k] for k in ("forward_calls", "backward_calls",
                                                    "forwards_from_handle")}
@@ -205,7 +211,7 @@ def test_compiled_is_bitwise_eager(fresh_dynamo, multi, mode):
     explained = torch._dynamo.explain(step)(
         [cake.RecomputeHandleDetKcp() if mode != "plain" else None
          for _ in range(1 if multi else n)],
-        *[t.clone().requires_grad_() for t in p.xs + p.ws + bs])
+        *[t.clone().requires_grad_() for t in xs + ws + bs])
     assert explained.graph_break_count == 0, explained.break_reasons
     torch._dynamo.reset()
     eager, eager_delta = run(step)

@@ -164,3 +164,86 @@ def test_gloo_group_cuda_tensors_one_gpu(world_size, tmp_path):
     results = spawn("bias_silu", world_size, tmp_path, seeds, "cuda")
     assert_workers_ok(results)
     check_results(results, seeds, world_size, "cuda ")
+
+
+def _layer(device):
+    torch.manual_seed(9800)
+    convs = torch.nn.ModuleList([cake.ShortConvolution(d, 4, bias=True, activation="silu",
+                                                       device=device) for d in (32, 32, 64)])
+    with torch.no_grad():
+        for m in convs:
+            m.bias.uniform_(-0.5, 0.5)
+    return convs
+
+
+def test_cuda_module_compiled_and_graph_captured():
+    """cake.ShortConvolution on CUDA: the modules (context as their attribute) and the multi
+    helper compiled with fullgraph are bitwise eager; a checkpointed module step captured as a
+    CUDA graph replays bitwise the eager step; all bitwise the CPU modules."""
+    torch._dynamo.reset()
+    cu = [0, 5, 700, 701, 2000]
+    ctx = cake.ContextDetKcp(cu)
+    convs = _layer("cuda")
+    cake.set_conv_context(convs, ctx)
+    g = torch.Generator().manual_seed(9801)
+    xs = [(torch.randn(1, cu[-1], m.hidden_size, generator=g) * 2).to(torch.bfloat16).cuda()
+          for m in convs]
+    dys = [torch.randn(1, cu[-1], m.hidden_size, generator=g).to(torch.bfloat16).cuda()
+           for m in convs]
+
+    def body(handle, *t):
+        a, _ = convs[0](t[0])
+        b, c = cake.short_convolution_multi(list(convs[1:]), list(t[1:]),
+                                            recompute_handle=handle)
+        return a, b, c
+
+    def step(fn, leaves):
+        convs.zero_grad()
+        with cake.RecomputeHandleDetKcp() as handle:
+            outs = checkpoint(fn, handle, *leaves, use_reentrant=False)
+            torch.autograd.backward(list(outs), dys)
+        return [o.detach() for o in outs] + [t.grad for t in leaves] + \
+            [p.grad.clone() for p in convs.parameters()]
+
+    eager = step(body, [x.clone().requires_grad_() for x in xs])
+    compiled = torch.compile(body, fullgraph=True)
+    for k in range(2):
+        got = step(compiled, [x.clone().requires_grad_() for x in xs])
+        for i, (a, b) in enumerate(zip(got, eager)):
+            assert_bitwise(f"compiled [{i}] step {k}", a, b)
+    torch._dynamo.reset()
+
+    # a CUDA graph of the eager step (the handle made and closed inside it)
+    leaves = [x.clone().requires_grad_() for x in xs]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            for t in leaves:
+                t.grad = None
+            step(body, leaves)
+    torch.cuda.current_stream().wait_stream(side)
+    for t in leaves:
+        t.grad = None
+    convs.zero_grad(set_to_none=False)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step(body, leaves)
+    with torch.no_grad():
+        for t, x in zip(leaves, xs):
+            t.copy_(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(static, eager)):
+        assert_bitwise(f"graph replay [{i}]", a, b)
+
+    # the CPU modules: the same bits
+    cpu = _layer("cpu")
+    cpu.load_state_dict({k: v.cpu() for k, v in convs.state_dict().items()})
+    cpu_ctx = cake.ContextDetKcp(cu)
+    cpu_leaves = [x.cpu().requires_grad_() for x in xs]
+    ys = [m(x, ctx=cpu_ctx)[0] for m, x in zip(cpu, cpu_leaves)]
+    torch.autograd.backward(ys, [d.cpu() for d in dys])
+    want = ys + [t.grad for t in cpu_leaves] + [p.grad for p in cpu.parameters()]
+    for i, (a, b) in enumerate(zip(eager, want)):
+        assert_bitwise(f"CPU [{i}]", a, b)
