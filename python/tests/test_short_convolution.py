@@ -567,3 +567,18 @@ def test_exported_names():
     assert cake.set_conv_context is sc.set_conv_context
     for name in ("ShortConvolution", "short_convolution_multi", "set_conv_context"):
         assert name in cake.__all__ and getattr(cake, name).__doc__
+
+
+def test_compiled_without_context(fresh_dynamo):
+    """Without a context the module finds its single-process context from cu_seqlens' values:
+    compiled without fullgraph that is a graph break there (same results, a new layout works);
+    fullgraph=True refuses it (pass ctx= or set the module's context)."""
+    conv = make_conv(16, seed=50)
+    x, _ = packed(51, [0, 40], 16)
+    fn = torch.compile(lambda x, cu: conv(x, cu_seqlens=cu)[0] * 2)
+    for cu in ([0, 10, 40], [0, 30, 31, 40]):
+        cu_t = torch.tensor(cu)
+        assert_bitwise(f"y {cu}", fn(x, cu_t), conv(x, cu_seqlens=cu_t)[0] * 2)
+    strict = torch.compile(lambda x, cu: conv(x, cu_seqlens=cu)[0], fullgraph=True)
+    with pytest.raises(Exception, match="disable"):
+        strict(x, torch.tensor([0, 40]))
