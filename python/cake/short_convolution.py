@@ -6,6 +6,7 @@ convolutions as one multi call.
 the same constructor arguments, the same parameters (``weight [D, 1, 4]``, ``bias [D]``) and
 state_dict keys, the same forward signature and return value ``(y, None)``.
 """
+import atexit
 import collections
 import numbers
 import threading
@@ -81,6 +82,18 @@ def _local_context(cu_seqlens, cu_seqlens_cpu, batch, rows):
         while len(_by_offsets) > _CACHE_SIZE:
             _by_offsets.popitem(last=False)  # freed once no autograd graph holds it
     return ctx
+
+
+@atexit.register
+def _release_cached_contexts():
+    """Frees the cached contexts at exit while torch is still whole (freed later, during the
+    interpreter's teardown, they sometimes ended the process with std::terminate)."""
+    with _lock:
+        contexts = list(_by_offsets.values())
+        _by_offsets.clear()
+        _by_tensor.clear()
+    for ctx in contexts:
+        ctx.close()
 
 
 def _in_backward():
