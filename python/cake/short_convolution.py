@@ -59,11 +59,12 @@ def _offsets_of(cu_seqlens):
     return offsets
 
 
-@torch.compiler.disable
 def _local_context(cu_seqlens, cu_seqlens_cpu, batch, rows):
     """The single-process context of a call without one: over cu_seqlens (cu_seqlens_cpu, the
     host copy FLA's callers may pass, preferred), or B sequences of T rows without them.
-    Cached by the offsets; building one plans the batch, which costs more than a call."""
+    Cached by the offsets; building one plans the batch, which costs more than a call.
+    Called through _lookup, its torch.compiler.disable'd form (it reads tensor values and
+    calls C: a graph break under torch.compile, never traced)."""
     if cu_seqlens is None:
         offsets = tuple(range(0, batch * rows + 1, rows)) if rows else (0,)
     else:
@@ -82,6 +83,19 @@ def _local_context(cu_seqlens, cu_seqlens_cpu, batch, rows):
         while len(_by_offsets) > _CACHE_SIZE:
             _by_offsets.popitem(last=False)  # freed once no autograd graph holds it
     return ctx
+
+
+# torch.compiler.disable(_local_context), made when the first ShortConvolution is built (never
+# inside a traced function): wrapping imports torch._dynamo, about a second that `import cake`
+# should not cost a program that uses only the seed's functions.
+_lookup = None
+
+
+def _make_lookup():
+    global _lookup
+    if _lookup is None:
+        _lookup = torch.compiler.disable(_local_context)
+    return _lookup
 
 
 @atexit.register
@@ -233,6 +247,7 @@ class ShortConvolution(nn.Conv1d):
                              f"(accepted for FLA compatibility; cake runs its own kernels)")
         super().__init__(in_channels=hidden_size, out_channels=hidden_size, kernel_size=4,
                          padding=3, groups=hidden_size, bias=bias, device=device, dtype=dtype)
+        _make_lookup()
         self.hidden_size = int(hidden_size)
         self.activation = activation
         self.backend = "cake"
@@ -385,7 +400,7 @@ def _resolve_context(ctx, attribute, cu_seqlens, cu_seqlens_cpu, B, T, name):
         if cu_seqlens is not None and B != 1:
             raise ValueError(f"{name}: with cu_seqlens (packed sequences) expected B = 1, got "
                              f"B = {B}")
-        return _local_context(cu_seqlens, cu_seqlens_cpu, B, T)
+        return (_lookup or _make_lookup())(cu_seqlens, cu_seqlens_cpu, B, T)
     if not isinstance(ctx, ContextDetKcp):
         raise TypeError(f"ctx: expected a cake.ContextDetKcp or None, got {type(ctx).__name__}")
     if B != 1:
