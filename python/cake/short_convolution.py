@@ -410,9 +410,11 @@ def _resolve_context(ctx, attribute, cu_seqlens, cu_seqlens_cpu, B, T, name):
 
 
 def _module_list(convs):
+    if isinstance(convs, nn.ModuleList):
+        convs = list(convs)
     if isinstance(convs, nn.Module) or not isinstance(convs, (list, tuple)) or not convs:
-        raise TypeError(f"convs: expected a non-empty list or tuple of cake.ShortConvolution, "
-                        f"got {type(convs).__name__}")
+        raise TypeError(f"convs: expected a non-empty list, tuple or nn.ModuleList of "
+                        f"cake.ShortConvolution, got {type(convs).__name__}")
     for i, m in enumerate(convs):
         if not isinstance(m, ShortConvolution):
             raise TypeError(f"convs[{i}]: expected a cake.ShortConvolution, got "
@@ -427,7 +429,7 @@ def short_convolution_multi(convs, xs, *, cu_seqlens=None, ctx=None, recompute_h
 
     Parameters
     ----------
-    convs : list or tuple of ShortConvolution
+    convs : list, tuple or nn.ModuleList of ShortConvolution
         n >= 1 cake modules; their channel counts may differ, but they must share the
         activation and whether they have a bias (one ``cake_conv_params`` per C call): mixing
         raises ValueError.

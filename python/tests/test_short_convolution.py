@@ -405,8 +405,11 @@ def test_multi_helper_errors():
     with pytest.raises(TypeError, match=r"convs\[1\]: expected a cake.ShortConvolution, got "
                                         r"torch.nn.modules.conv.Conv1d"):
         cake.short_convolution_multi([convs[0], torch.nn.Conv1d(4, 4, 4)], xs[:2])
-    with pytest.raises(TypeError, match="convs: expected a non-empty list or tuple"):
+    with pytest.raises(TypeError, match="convs: expected a non-empty list, tuple or "
+                                        "nn.ModuleList"):
         cake.short_convolution_multi(convs[0], xs[:1])
+    ys = cake.short_convolution_multi(torch.nn.ModuleList(convs), xs)  # a ModuleList is fine
+    assert [y.shape for y in ys] == [x.shape for x in xs]
     with pytest.raises(ValueError, match=r"xs: expected 3 tensors \(one per module of convs\), "
                                          r"got 2"):
         cake.short_convolution_multi(convs, xs[:2])
