@@ -195,6 +195,6 @@ def conv_det_kcp(xs, weights, ctx, *, biases=None, activation=None, recompute_ha
     flag = _checks.check_call(ctx, xs, weights, recompute_handle, cooperative, multi, True)
     act = _checks.check_activation(activation)
     bs = _checks.check_biases(xs, biases, multi)
-    ys = ConvFunction.apply(ctx, recompute_handle, flag, multi, act, bool(bs), *xs, *weights,
+    ys = ConvFunction.apply(ctx, recompute_handle, flag, multi, act, len(bs) != 0, *xs, *weights,
                             *bs)
     return ys if multi else ys[0]

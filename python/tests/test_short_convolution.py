@@ -25,9 +25,18 @@ from _problems import assert_bitwise
 
 
 def fla_modules():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Triton is not supported on current platform"
-        return pytest.importorskip("fla.modules", reason="needs fla-core (FLA's modules)")
+    """FLA's modules, or a skip: fla-core absent, or not importable here (it imports Triton's
+    runtime at import; with torch 2.6's Triton 3.2, below its 3.3, that raises RuntimeError on
+    a machine without a GPU)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Triton is not supported on current platform"
+            import fla.modules
+    except ImportError:
+        pytest.skip("needs fla-core (FLA's modules)")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"fla-core does not import here: {type(e).__name__}: {str(e)[:200]}")
+    return fla.modules
 
 
 def packed(seed, cu, D, B=1):
@@ -133,7 +142,7 @@ def test_pickle_and_deepcopy_drop_the_c_objects():
 
 @pytest.mark.parametrize("activation", ["silu", None])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_forward_backward_against_float64_conv1d(activation, bias, dtype):
     cu = [0, 1, 40, 40, 41, 300, 333]
     conv = make_conv(48, bias=bias, activation=activation, dtype=dtype, seed=1)
@@ -148,7 +157,7 @@ def test_forward_backward_against_float64_conv1d(activation, bias, dtype):
     assert conv.weight.grad.dtype == dtype and conv.weight.grad.shape == (48, 1, 4)
     assert_close_scaled("y", y, y64, 2.0 ** -7)
     assert_close_scaled("dx", xl.grad, dx64, 2.0 ** -7)
-    wtol = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -16
+    wtol = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}.get(dtype, 2.0 ** -16)
     assert_close_scaled("dw", conv.weight.grad, dw64, wtol)
     if bias:
         assert conv.bias.grad.dtype == dtype
