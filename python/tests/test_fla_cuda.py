@@ -26,8 +26,8 @@ def fla():
     except Exception as e:  # noqa: BLE001 (its import starts Triton's runtime)
         pytest.skip(f"fla-core does not import here: {type(e).__name__}: {str(e)[:300]}")
     try:  # FLA's kernels compile with Triton on first use: say so if they cannot here
-        conv = modules.ShortConvolution(16, 4, bias=True, device="cuda")
-        x = torch.randn(1, 8, 16, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        conv = modules.ShortConvolution(128, 4, bias=True, device="cuda")
+        x = torch.randn(1, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         conv(x)[0].float().sum().backward()
         torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001
@@ -119,12 +119,17 @@ def compare(cu, x, dy, fla_out, cake_out, module, dtype, where):
               2 * param_round * ref.abs() + 2.0 ** -12 * terms + 1e-30)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
-@pytest.mark.parametrize("activation", ["silu", None], ids=["silu", "none"])
+VARLEN_CASES = [("silu", True, torch.float32), ("silu", False, torch.float32),
+                (None, True, torch.float32), (None, False, torch.float32),
+                ("silu", True, torch.bfloat16)]  # (FLA autotunes every variant: a few only)
+
+
+@pytest.mark.parametrize("activation, bias, dtype", VARLEN_CASES,
+                         ids=["silu-bias-fp32", "silu-fp32", "bias-fp32", "plain-fp32",
+                              "silu-bias-bf16"])
 def test_varlen_against_fla(fla, activation, bias, dtype):
     """Packed sequences (short ones, shorter than the kernel, and long ones), cu_seqlens int32
-    on the GPU, as FLA's layers pass it."""
+    on the GPU, as FLA's layers pass it; module parameters fp32 or bf16."""
     lengths = [1, 2, 3, 4, 5, 64, 700, 1, 1500, 33, 1789]
     cu = lengths_to_cu(lengths)
     D = 256
@@ -136,7 +141,7 @@ def test_varlen_against_fla(fla, activation, bias, dtype):
     compare(cu, x, dy, f, c, theirs, dtype, f"varlen {activation} bias={bias} {dtype}")
 
 
-@pytest.mark.parametrize("activation", ["silu", None], ids=["silu", "none"])
+@pytest.mark.parametrize("activation", ["silu"])
 def test_batch_without_cu_seqlens_against_fla(fla, activation):
     """[B, T, D] with B > 1 and no cu_seqlens: B independent sequences in both."""
     B, T, D = 3, 1000, 128
