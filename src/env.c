@@ -1,3 +1,5 @@
+/* CAKE_CHECK, CAKE_TIMEOUT_SECONDS and CAKE_NUM_THREADS, parsed strictly: an invalid value is an
+ * error that names the variable and the value, never a silent default. */
 #include "env.h"
 
 #include "internal.h"
