@@ -39,7 +39,7 @@ BLOCK = 256  # rows; cake's dw block (CAKE_DW_BLOCK_ROWS), used for every reduct
 
 
 def tree_sum(parts):
-    """The fixed pairwise tree of cake's dw (SPEC 3): split at the largest power of two."""
+    """The fixed pairwise tree of cake's dw (docs/NUMERICS.md): split at the largest power of two."""
     if len(parts) == 1:
         return parts[0]
     m = 1 << (len(parts) - 1).bit_length() - 1

@@ -50,7 +50,7 @@ extern "C" {
 /* Kernel width W, and the rows each side of a fragment that a halo carries (W - 1). */
 #define CAKE_WIDTH 4
 #define CAKE_HALO_ROWS 3
-/* dw is summed per block of this many local rows, then over blocks by a fixed tree (SPEC 3). */
+/* dw is summed per block of this many local rows, then over blocks by a fixed tree (docs/NUMERICS.md). */
 #define CAKE_DW_BLOCK_ROWS 256
 
 /* Values are only ever appended. */
@@ -76,7 +76,7 @@ CAKE_API void cake_version(int *major, int *minor, int *patch);
 typedef uint16_t cake_bf16;
 
 /* ------------------------------------------------------------------------------------------ */
-/* Partition: which global token ranges each rank holds (SPEC 2). Immutable once built.        */
+/* Partition: which global token ranges each rank holds (docs/NUMERICS.md, 3). Immutable once built. */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct cake_range {
@@ -131,7 +131,7 @@ typedef struct cake_halo_row {
                            0 otherwise and when global_row = -1 */
 } cake_halo_row;
 
-/* A maximal run of local rows in one sequence, consecutive in global order (SPEC 2). */
+/* A maximal run of local rows in one sequence, consecutive in global order. */
 typedef struct cake_fragment {
     int64_t local_start;  /* first local row */
     int64_t length;       /* rows, >= 1 */
@@ -166,7 +166,7 @@ CAKE_API cake_status cake_plan_fragment(const cake_plan *plan, int64_t index, ca
 CAKE_API int64_t cake_plan_pool_rows(const cake_plan *plan);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Per-call parameters: what a call computes beyond the plain convolution (SPEC 3).            */
+/* Per-call parameters: what a call computes beyond the plain convolution (docs/NUMERICS.md). */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef enum cake_activation {
@@ -177,7 +177,7 @@ typedef enum cake_activation {
 
 /*
  * Every tensor entry point takes one; NULL (or a zero-initialised struct) is the plain op of
- * SPEC 3, no bias and no activation. One struct can serve a layer's forward and its backward.
+ * docs/NUMERICS.md, no bias and no activation. One struct can serve a layer's forward and its backward.
  * Options added later are appended here, so the entry points keep their signatures.
  *   a = acc + bias[c] (one fp32 add; a = acc without bias), y = bf16(a) or bf16(silu(a)).
  *   Backward: g = dy * silu'(a) (g = dy without activation); dx and dw use g, and
@@ -271,7 +271,7 @@ CAKE_API cake_status cake_cpu_backward_single_rank(const int64_t *cu_seqlens, in
 
 /* ------------------------------------------------------------------------------------------ */
 /* Context parallelism: a context (partition + this rank + a transport), the exchange of halo  */
-/* rows, and the recompute handle (SPEC 2, 4).                                                 */
+/* rows, and the recompute handle.                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
 /* One message of an exchange: `bytes` bytes to or from rank `peer`. */

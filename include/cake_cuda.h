@@ -18,7 +18,7 @@
 extern "C" {
 #endif
 
-/* The launch form (SPEC 4). Bits never depend on it. */
+/* The launch form. Bits never depend on it. */
 typedef enum cake_cooperative {
     CAKE_COOPERATIVE_AUTO = -1, /* the library picks: ordinary launches today, measured as fast
                                    or faster for every shape on H200 (docs/PERFORMANCE.md) */

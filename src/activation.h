@@ -3,7 +3,7 @@
  * computes them (generic C, AVX2 and AVX-512 through the compiler's vectoriser, CUDA device
  * code), so all of them give the same bits.
  *
- *   cake_silu(a)      = a * sigmoid(a)                          (SPEC 3: <= 2 ulp; 1.02 measured)
+ *   cake_silu(a)      = a * sigmoid(a)                          (docs/NUMERICS.md: <= 2 ulp; 1.02 measured)
  *   cake_silu_grad(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))) (2.62 ulp away from its zero)
  *
  * Only these operations appear: fp32 fma, add, subtract, multiply, one correctly rounded divide

@@ -1,4 +1,4 @@
-/* bf16 <-> fp32 conversions fixed by SPEC 3, written so compilers vectorise them. */
+/* bf16 <-> fp32 conversions fixed by docs/NUMERICS.md, written so compilers vectorise them. */
 #ifndef CAKE_BF16_H
 #define CAKE_BF16_H
 

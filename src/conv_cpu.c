@@ -5,7 +5,7 @@
  * blocks): a unit computes dx for its rows and strip, the 256-row block partials in row order,
  * and folds them into the roots of its chunk's subtrees; the roots of all chunks are then folded
  * in order. Because chunks are aligned powers of two, the folds are exactly the fixed tree of
- * SPEC 3, whatever the chunk size or thread count. */
+ * docs/NUMERICS.md, whatever the chunk size or thread count. */
 #include "args.h"
 #include "bf16.h"
 #include "conv_cpu.h"
@@ -258,7 +258,7 @@ cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors, const int64
 /* ---- backward ----------------------------------------------------------------------------- */
 
 /* A stack of dw subtree roots: push a subtree, merging while the two on top have equal size.
- * Merging equal adjacent aligned subtrees left + right is exactly the tree of SPEC 3. */
+ * Merging equal adjacent aligned subtrees left + right is exactly the fixed tree of docs/NUMERICS.md. */
 typedef struct root_stack {
     float *values; /* entries of `width` floats */
     int64_t *sizes;

@@ -1,5 +1,5 @@
 /* Who sends which rows to whom, for one direction, derived from the partition alone so every
- * rank computes the same lists without communication (SPEC 2). */
+ * rank computes the same lists without communication. */
 #ifndef CAKE_HALO_LISTS_H
 #define CAKE_HALO_LISTS_H
 

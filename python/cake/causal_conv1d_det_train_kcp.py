@@ -5,7 +5,7 @@ The public API: :func:`cake_causal_conv1d_det_kcp` (one tensor),
 direction), :class:`ContextDetKcp` (process group + partition) and
 :class:`RecomputeHandleDetKcp` (activation checkpointing without a second exchange).
 
-Every result is bitwise reproducible (SPEC 3): the same bits on every run, thread count,
+Every result is bitwise reproducible (docs/NUMERICS.md): the same bits on every run, thread count,
 launch form, CPU or GPU; y and dx are bitwise the same for every partition and number of ranks;
 the multi entry point is bitwise the single calls.
 
@@ -175,7 +175,7 @@ def cake_causal_conv1d_det_multi_kcp(xs, weights, ctx, *, recompute_handle=None,
 
 def conv_det_kcp(xs, weights, ctx, *, biases=None, activation=None, recompute_handle=None,
                  cooperative=None, multi=True):
-    """The convolution with bias and activation (SPEC 3): internal, behind
+    """The convolution with bias and activation (docs/NUMERICS.md): internal, behind
     :class:`cake.ShortConvolution` and :func:`cake.short_convolution_multi`.
 
     As :func:`cake_causal_conv1d_det_multi_kcp` (``multi=True``: xs and weights are sequences,

@@ -1,4 +1,4 @@
-"""A drop-in for FLA's ``fla.modules.ShortConvolution`` computing cake's convolution (SPEC 3 with
+"""A drop-in for FLA's ``fla.modules.ShortConvolution`` computing cake's convolution (docs/NUMERICS.md with
 bias and SiLU), with context parallelism, and a helper that runs a layer's q, k and v
 convolutions as one multi call.
 
@@ -121,7 +121,7 @@ def _in_backward():
 class ShortConvolution(nn.Conv1d):
     """Drop-in for FLA's ``fla.modules.ShortConvolution``: a depthwise causal convolution of
     width 4 with optional bias and SiLU, over packed variable-length sequences, computed by
-    cake (bitwise reproducible, SPEC 3) with context parallelism.
+    cake (bitwise reproducible, docs/NUMERICS.md) with context parallelism.
 
     Parameters
     ----------
@@ -214,7 +214,7 @@ class ShortConvolution(nn.Conv1d):
     one, building or finding the single-process context needs the values of cu_seqlens (a
     graph break there; ``fullgraph=True`` then fails): pass ``ctx`` or set ``context``.
 
-    Numerics: SPEC 3 (``a = conv + bias`` in fp32, ``y = bf16(silu(a))`` by cake's fixed fp32
+    Numerics: docs/NUMERICS.md (``a = conv + bias`` in fp32, ``y = bf16(silu(a))`` by cake's fixed fp32
     sequence), bitwise the same for every partition and rank count (y, dx), run to run and on
     CPU or GPU (dw, dbias); within bf16 rounding of FLA's Triton kernels.
 
