@@ -76,7 +76,7 @@ CAKE_API void cake_version(int *major, int *minor, int *patch);
 typedef uint16_t cake_bf16;
 
 /* ------------------------------------------------------------------------------------------ */
-/* Partition: which global token ranges each rank holds (docs/NUMERICS.md, 3). Immutable once built. */
+/* Partition: which global token ranges each rank holds. Immutable once built.                */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct cake_range {
@@ -166,7 +166,7 @@ CAKE_API cake_status cake_plan_fragment(const cake_plan *plan, int64_t index, ca
 CAKE_API int64_t cake_plan_pool_rows(const cake_plan *plan);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Per-call parameters: what a call computes beyond the plain convolution (docs/NUMERICS.md). */
+/* Per-call parameters: what a call computes beyond the plain convolution.                    */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef enum cake_activation {
