@@ -72,7 +72,6 @@ class TorchTransport:
     def __init__(self, group):
         self.group = group
         self.error = None  # the exception a callback caught, raised after the C call returns
-        self.calls = 0  # batch_isend_irecv calls made (for reports)
         self.size = 1
         self.device_exchange = False
         self.host_via_device = False
@@ -164,7 +163,6 @@ class TorchTransport:
         """One coalesced set of point-to-point operations, then a wait for all of them."""
         if not ops:
             return
-        self.calls += 1
         works = dist.batch_isend_irecv(ops)
         deadline = time.monotonic() + timeout
         for work in works or []:
