@@ -27,6 +27,7 @@ losses then differ in the last bits, and the script says so.)
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -155,6 +156,24 @@ def _gather(t, group):
     return parts
 
 
+def broadcast_status(status):
+    """Rank 0's exit status on every rank (one broadcast), then the process group destroyed.
+
+    Returns only once gloo's worker thread has let go of the broadcast tensor: torch keeps the
+    group's threads past destroy_process_group(), and a worker that frees a tensor after Python
+    has dropped it must take the GIL; during the interpreter's shutdown (this is the last
+    communication before exit) that ends the process with std::terminate ("terminate called
+    without an active exception", torch 2.11 and 2.15). cake's own exchanges wait the same way."""
+    flag = torch.tensor([status])
+    dist.broadcast(flag, 0)
+    for _ in range(100000):  # microseconds in practice; bounded
+        if flag._use_count() == 1:  # Python's reference alone
+            break
+        time.sleep(0)
+    dist.destroy_process_group()
+    return int(flag.item())
+
+
 def bitwise_expected(ranks, rows_per_rank):
     blocks_per_rank = rows_per_rank // BLOCK
     power_of_two = lambda n: n > 0 and n & (n - 1) == 0  # noqa: E731
@@ -212,10 +231,7 @@ def main(argv=None):
                   f"the single-process one, so losses agree to rounding only: {close} "
                   f"(bitwise: {same})")
             status = 0 if close else 1
-    flag = torch.tensor([status])
-    dist.broadcast(flag, 0)
-    dist.destroy_process_group()
-    return int(flag.item())
+    return broadcast_status(status)
 
 
 if __name__ == "__main__":

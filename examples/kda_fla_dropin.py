@@ -42,7 +42,8 @@ import cake
 from cake import ShortConvolution  # with FLA: from fla.modules import ShortConvolution
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kda_block import BLOCK, BlockLinear, bitwise_expected, blocks, tree_sum, _gather  # noqa: E402
+from kda_block import (BLOCK, BlockLinear, bitwise_expected, blocks, broadcast_status,  # noqa: E402
+                       tree_sum, _gather)
 
 
 class Linear(nn.Module):
@@ -216,10 +217,7 @@ def main(argv=None):
                   f"from the single-process one, so losses agree to rounding only: {close} "
                   f"(bitwise: {same})")
             status = 0 if close else 1
-    flag = torch.tensor([status])
-    dist.broadcast(flag, 0)
-    dist.destroy_process_group()
-    return int(flag.item())
+    return broadcast_status(status)
 
 
 if __name__ == "__main__":

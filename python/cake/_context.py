@@ -286,9 +286,13 @@ class ContextDetKcp(_lib.Owned):
         return self._ptr
 
     def close(self):
-        """Frees the C context (the process group is left alone). Later calls raise."""
+        """Frees the C context and lets go of the process group (not destroyed: it is the
+        caller's). Later calls raise."""
         self._closed = True
-        _registry.unregister(getattr(self, "_token", None))
+        token = getattr(self, "_token", None)
+        _registry.unregister(token)
+        if token is not None:
+            token._cake_object = None  # (the token's cycle: freed now, not by the collector)
         ptr, self._ptr = getattr(self, "_ptr", None), None
         lib = getattr(self, "_lib", None)
         if lib is None:
@@ -301,6 +305,11 @@ class ContextDetKcp(_lib.Owned):
                 _leaked.append((ptr, self._transport))
             else:
                 lib.c.cake_ctx_destroy(ptr)
+        # The group goes with the transport: a group still referenced at
+        # dist.destroy_process_group() outlives it, and gloo's worker threads with it, into the
+        # interpreter's shutdown, where one that then needs the GIL ends the process with
+        # std::terminate ("terminate called without an active exception").
+        self._transport = None
         part, self._partition = getattr(self, "_partition", None), None
         if part is not None and part.value:
             lib.c.cake_partition_destroy(part)
@@ -338,7 +347,7 @@ class ContextDetKcp(_lib.Owned):
         """The exception of a failed call: the C message, chained to a callback's exception.
         Call right after the C call (the message is per thread)."""
         exc = _lib.error_for(self._lib, status)
-        cause = self._transport.take_error()
+        cause = self._transport.take_error() if self._transport is not None else None
         if status in (_lib.ERROR_COMMUNICATION, _lib.ERROR_TIMEOUT):
             self._broken = True
         if cause is not None:

@@ -166,17 +166,18 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
         ctx._raise(status)
 
 
-def _aligned_dy(dy):
-    # A contiguous view at an odd offset (a slice of a bigger gradient): a fresh copy is aligned.
-    if dy.is_cuda and dy.data_ptr() & _ALIGN_MASK:
-        return dy.clone()
-    return dy
+def _aligned(t):
+    # A contiguous view at an odd offset (a slice of a bigger tensor): a fresh copy is aligned.
+    if t.is_cuda and t.data_ptr() & _ALIGN_MASK:
+        return t.clone()
+    return t
+
 
 
 def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=None):
     """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]), and with
     a bias the dbias tensors of `params`, from the contiguous bf16 dys (16-byte aligned on the
-    GPU: _aligned_dy) and the forward's pool, exchanging the future rows of dy once (with
+    GPU: _aligned) and the forward's pool, exchanging the future rows of dy once (with
     SiLU, x rows beside them, inside the C call)."""
     spec = ctx._spec(xs)
     pp = _ref(params)
@@ -260,10 +261,13 @@ def conv_forward(xs: List[torch.Tensor], weights: List[torch.Tensor],
                  bias: List[Optional[torch.Tensor]], activation: str, ys: List[torch.Tensor],
                  pool: torch.Tensor, ctx_token: torch.Tensor,
                  handle_token: Optional[torch.Tensor], cooperative: int, multi: bool) -> None:
-    """cake::conv_forward: writes ys and the history pools of xs into `pool` (forward_impl)."""
-    bs = _op_bias(bias, xs, "bias")
+    """cake::conv_forward: writes ys and the history pools of xs into `pool` (forward_impl).
+    A GPU input at an address the kernels cannot read (a view at an odd offset) is copied
+    first: a traced tensor's address is known only here, at run time."""
+    bs = [_aligned(b) for b in _op_bias(bias, xs, "bias")]
     params = conv_params(activation, bs)
     ctx, handle = _objects(ctx_token, handle_token, xs, weights, multi)
+    xs, weights = [_aligned(x) for x in xs], [_aligned(w) for w in weights]
     forward_impl(ctx, handle, xs, weights, ys, pool, cooperative, multi, params, None, bs)
 
 
@@ -274,12 +278,13 @@ def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
                   multi: bool) -> None:
     """cake::conv_backward: writes dxs, dws (and with a bias dbias) from the contiguous dys
     (backward_impl)."""
-    bs = _op_bias(bias, xs, "bias")
+    bs = [_aligned(b) for b in _op_bias(bias, xs, "bias")]
     if len(dbias) != len(bs):
         raise ValueError(f"dbias: expected {len(bs)} tensors (one per bias), got {len(dbias)}")
     params = conv_params(activation, bs, list(dbias))
     ctx, _ = _objects(ctx_token, None, xs, weights, multi)
-    dys = [_aligned_dy(dy) for dy in dys]
+    xs, weights = [_aligned(x) for x in xs], [_aligned(w) for w in weights]
+    dys = [_aligned(dy) for dy in dys]
     backward_impl(ctx, xs, weights, pool, dys, dxs, dws, cooperative, multi, params)
 
 
@@ -311,7 +316,7 @@ def _prepare_dy(dy, x, index, multi):
     if dy.shape != x.shape:
         dy = dy.reshape(x.shape)
     dy = dy.contiguous()
-    return dy if _compiling() else _aligned_dy(dy)  # (compiled: the op aligns, at run time)
+    return dy if _compiling() else _aligned(dy)  # (compiled: the op aligns, at run time)
 
 
 class ConvFunction(torch.autograd.Function):

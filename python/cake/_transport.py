@@ -19,6 +19,7 @@ import ctypes
 import datetime
 import math
 import time
+import weakref
 
 import torch
 
@@ -66,6 +67,17 @@ class _Timeout(Exception):
     pass
 
 
+def _weak_method(obj, name):
+    """obj.<name>(...) through a weak reference to obj (a communication error once obj is gone,
+    which a live context never sees: it holds its transport)."""
+    ref = weakref.ref(obj)
+
+    def call(*args):
+        target = ref()
+        return _lib.ERROR_COMMUNICATION if target is None else getattr(target, name)(*args)
+    return call
+
+
 class TorchTransport:
     """Callbacks for one context. `group` None: a single process, which never exchanges."""
 
@@ -89,9 +101,11 @@ class TorchTransport:
             # make it now, while every rank is building its context.
             device = torch.device("cuda", torch.cuda.current_device())
             dist.all_reduce(torch.zeros(1, device=device), group=group)
-        # The ctypes objects must live as long as the context: C keeps their addresses.
-        self._exchange = _lib.EXCHANGE(self._on_exchange)
-        self._exchange_device = _lib.EXCHANGE_DEVICE(self._on_exchange_device)
+        # The ctypes objects must live as long as the context: C keeps their addresses. They
+        # reach self weakly, so that dropping the transport frees it (and lets go of the group)
+        # at once, not at the collector's next pass.
+        self._exchange = _lib.EXCHANGE(_weak_method(self, "_on_exchange"))
+        self._exchange_device = _lib.EXCHANGE_DEVICE(_weak_method(self, "_on_exchange_device"))
         self.struct = _lib.Transport()
         self.struct.exchange = self._exchange
         if self.device_exchange:
@@ -111,6 +125,7 @@ class TorchTransport:
                 ops = self._ops(tag, sends, num_sends, receives, num_receives,
                                 lambda t: _host_tensor(t.data, t.bytes))
                 self._run(ops, timeout)
+                let_go([op.tensor for op in ops])  # (host operations are complete here)
             return _lib.SUCCESS
         except BaseException as e:  # noqa: B036 (nothing may unwind through C)
             return self._failed(e, timeout)
@@ -171,6 +186,25 @@ class TorchTransport:
                 work.wait(datetime.timedelta(seconds=left))
             else:
                 work.wait()
+
+
+def let_go(tensors, seconds=1.0):
+    """Waits (at most `seconds`) until no one but Python holds `tensors`, whose operations have
+    completed. A gloo worker thread drops its work's tensors just after waking the waiter; if
+    Python has let go of a tensor first, the worker must take the GIL to free it, and when that
+    happens while the interpreter shuts down (a program that ends right after its last
+    communication), Python ends the thread and the process dies with std::terminate ("terminate
+    called without an active exception", seen with torch 2.11 and 2.15 on gloo). Waiting here,
+    while Python still holds them, leaves the worker nothing to free that needs the GIL."""
+    deadline = None
+    for t in tensors:
+        while t._use_count() > 1:  # (this reference is Python's own)
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + seconds
+            elif now > deadline:
+                return
+            time.sleep(0)
 
     @staticmethod
     def _wait_stream(stream, timeout):

@@ -308,7 +308,7 @@ class ShortConvolution(nn.Conv1d):
                 b = b.float()
             if not b.is_contiguous():
                 b = b.contiguous()
-        if device.type == "cuda":
+        if device.type == "cuda" and not _compiling():  # (compiled: the op aligns at run time)
             if w.data_ptr() % _ALIGN:
                 w = w.clone()
             if b is not None and b.data_ptr() % _ALIGN:
@@ -333,7 +333,7 @@ class ShortConvolution(nn.Conv1d):
         rows = x if x.is_contiguous() else x.contiguous()
         if B != 1:
             rows = rows.view(B * T, D)
-        if rows.is_cuda and rows.data_ptr() % _ALIGN:
+        if rows.is_cuda and not _compiling() and rows.data_ptr() % _ALIGN:
             rows = rows.clone()
         return rows, B, T
 

@@ -232,8 +232,8 @@ def case_timeout_inf(rank, world_size, seed):
 
 def case_compile(rank, world_size, seed):
     """torch.compile(fullgraph) of a checkpointed step with a recompute handle on each rank:
-    bitwise the eager step, the same exchanges (forward 1, backward 1: the compiled backward's
-    recompute reads the handle)."""
+    bitwise the eager step, the same exchanges (forward 1, backward 1: a recompute in the
+    compiled backward, where torch makes one, reads the handle)."""
     torch._dynamo.reset()
     p = Problem(seed, world_size, partition="zigzag", max_rows=200)
     ctx = cake.ContextDetKcp(p.cu, partition=p.partition)
@@ -392,7 +392,41 @@ def case_nccl(rank, world_size, seeds):
     return out
 
 
-CASES = {"match": case_match, "checkpoint": case_checkpoint, "failure": case_failure,
+def case_release(rank, world_size, seed):
+    """What a context holds after its calls: the exchanged tensors are released by gloo before
+    the call returns (counted through a wrapper of batch_isend_irecv), and close() lets go of
+    the transport and so of the group without the collector's help (gc disabled)."""
+    import gc
+    import weakref
+    from cake import _transport
+    seen = []
+    real = _transport.dist.batch_isend_irecv
+
+    def recording(ops):
+        seen.extend(op.tensor for op in ops)
+        return real(ops)
+
+    p = Problem(seed, world_size, max_rows=300)
+    gc.disable()
+    try:
+        ctx = cake.ContextDetKcp(p.cu, partition=p.partition)
+        rows = ctx.global_rows()
+        _transport.dist.batch_isend_irecv = recording
+        try:
+            run_op(ctx, [x[rows] for x in p.xs], p.ws, [dy[rows] for dy in p.dys], True)
+        finally:
+            _transport.dist.batch_isend_irecv = real
+        held = [t._use_count() for t in seen]  # the list's reference alone: 1
+        transport = weakref.ref(ctx._transport)
+        ctx.close()
+        del ctx
+        freed = transport() is None
+    finally:
+        gc.enable()
+    return {"exchanged": len(seen), "held": held, "transport_freed": freed}
+
+
+CASES = {"release": case_release, "match": case_match, "checkpoint": case_checkpoint, "failure": case_failure,
          "timeout": case_timeout, "mismatch": case_mismatch, "nccl": case_nccl,
          "timeout_inf": case_timeout_inf, "compile": case_compile,
          "bias_silu": case_bias_silu, "short_conv": case_short_conv}

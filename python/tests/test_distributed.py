@@ -118,10 +118,24 @@ def test_timeout_inf_exchanges(tmp_path):
             assert_bitwise(f"dx[{i}] rank {r}", res["out"][1][i], dxs[i][rows])
 
 
+def test_context_releases_exchanged_tensors_and_group(tmp_path):
+    """No tensor of an exchange is still held by gloo's worker threads once the call returns
+    (one freed by a worker during the interpreter's shutdown ends the process with
+    std::terminate), and a closed context frees its transport, and with it its reference to
+    the process group, at once (destroy_process_group then finds no other holder of ours)."""
+    results = spawn("release", 2, tmp_path, 41)
+    assert_workers_ok(results)
+    for r, res in enumerate(results):
+        assert res["exchanged"] > 0, (r, res)
+        assert res["held"] == [1] * res["exchanged"], (r, res)
+        assert res["transport_freed"], (r, res)
+
+
 def test_compiled_step_two_ranks(tmp_path):
     """torch.compile over gloo, 2 ranks: the compiled checkpointed step is bitwise the eager
-    one and the single-process run, with one exchange per direction (the recompute in the
-    compiled backward reads the handle)."""
+    one and the single-process run, with one exchange per direction (a recompute in the
+    compiled backward reads the handle; torch 2.11 saves the outputs instead and recomputes
+    nothing: _problems.assert_compiled_calls)."""
     results = spawn("compile", 2, tmp_path, 88, deadline=400)
     assert_workers_ok(results)
     p = Problem(88, 2, partition="zigzag", max_rows=200)
@@ -132,7 +146,8 @@ def test_compiled_step_two_ranks(tmp_path):
         assert eager["exchanges"] == (1, 1) and eager["from_handle"] == 1, eager
         for k, run in enumerate(compiled):
             where = f"rank {r}, compiled step {k}"
-            assert run["exchanges"] == (1, 1) and run["from_handle"] == 1, (where, run)
+            assert run["exchanges"] == (1, 1) and run["from_handle"] in (0, 1), (where, run)
+            assert run["from_handle"] == compiled[0]["from_handle"], (where, run)  # one choice
             for i in range(len(p.channels)):
                 assert_bitwise(f"y[{i}] {where}", run["ys"][i], eager["ys"][i])
                 assert_bitwise(f"dx[{i}] {where}", run["dxs"][i], eager["dxs"][i])
