@@ -173,7 +173,6 @@ def _aligned(t):
     return t
 
 
-
 def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=None):
     """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]), and with
     a bias the dbias tensors of `params`, from the contiguous bf16 dys (16-byte aligned on the

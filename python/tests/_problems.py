@@ -291,8 +291,8 @@ def assert_bitwise(name, got, expected):
 
 
 def assert_compiled_calls(got, eager, where=""):
-    """The C calls of a compiled step (a delta of ctx.stats()) against the eager step's, which
-    recomputes each checkpointed forward once (eager forward_calls = 2 x backward_calls). The
+    """The C calls of a compiled step (a delta of ctx.stats()) against the eager step's (which,
+    under checkpoint, recomputes each forward once: forward_calls = 2 x backward_calls). The
     same backward calls and exchanges; forward calls either eager's, the recompute reading the
     handle as often as eager's (torch 2.6 and 2.15 recompute in the compiled backward), or one
     per backward and no recompute at all (torch 2.11: its partitioner leaves the ops inside a

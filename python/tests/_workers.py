@@ -426,7 +426,7 @@ def case_release(rank, world_size, seed):
     return {"exchanged": len(seen), "held": held, "transport_freed": freed}
 
 
-CASES = {"release": case_release, "match": case_match, "checkpoint": case_checkpoint, "failure": case_failure,
-         "timeout": case_timeout, "mismatch": case_mismatch, "nccl": case_nccl,
-         "timeout_inf": case_timeout_inf, "compile": case_compile,
+CASES = {"release": case_release, "match": case_match, "checkpoint": case_checkpoint,
+         "failure": case_failure, "timeout": case_timeout, "mismatch": case_mismatch,
+         "nccl": case_nccl, "timeout_inf": case_timeout_inf, "compile": case_compile,
          "bias_silu": case_bias_silu, "short_conv": case_short_conv}
