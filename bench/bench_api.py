@@ -25,7 +25,8 @@ the first kernel counts, as in the issue's table), and per call of calls queued 
 (forward) plus x, dy read and dx written (backward), and is also given as a percentage of a
 copy kernel measured in the same run. Host time per call (no synchronisation inside the loop,
 the average over the loop, synchronised after) at 3 x [2048, 2048], eager and compiled, with
-the C calls' own host time beside it (ctypes calls with every array prepared).
+the C calls' own host time beside it (ctypes calls with every array prepared) and autograd's own
+cost under it (y = 2 x per tensor, as torch's op and as a Python autograd.Function).
 
 On the CPU (``--device cpu``, with ``--quick`` a smoke test of tiny shapes) the calls compute
 synchronously, so "host time" is wall time; the binding's own cost is the API's time minus
@@ -259,6 +260,32 @@ class CtxCalls:
         self.backward()
 
 
+class _Twice(torch.autograd.Function):
+    """y = 2 x per tensor as a Python autograd.Function (what such a Function alone costs)."""
+
+    @staticmethod
+    def forward(fctx, *xs):
+        return tuple(x * 2 for x in xs)
+
+    @staticmethod
+    def backward(fctx, *dys):
+        return tuple(d * 2 for d in dys)
+
+
+def autograd_floor(xs0, dys, python_function):
+    """(forward, forward+backward) closures of y = 2 x per tensor: the host cost of autograd
+    itself with the same tensors (torch's own op, or a Python autograd.Function as cake's
+    binding is), the floor under any binding's time."""
+    xs = [x.clone().requires_grad_() for x in xs0]
+
+    def fwd():
+        return _Twice.apply(*xs) if python_function else [x * 2 for x in xs]
+
+    def fwd_bwd():
+        return torch.autograd.grad(fwd(), xs, dys)
+    return fwd, fwd_bwd
+
+
 def torch_conv(xs0, ws0, dys0):
     """Depthwise causal conv1d over the whole batch as [1, C, S] (no sequence boundaries)."""
     xs = [x.t().contiguous().unsqueeze(0).requires_grad_() for x in xs0]
@@ -472,6 +499,11 @@ def main(argv=None):
         f, fb = host_us(fwd, calls_per_round, device), host_us(fwd_bwd, calls_per_round, device)
         host.append({"impl": impl, "fwd": f, "fwd+bwd": fb,
                      "binding_fwd": f - c_fwd, "binding_fwd+bwd": fb - c_both})
+    for impl, python_function in (("torch 2x (autograd floor)", False),
+                                  ("python Function 2x", True)):
+        fwd, fwd_bwd = autograd_floor(xs, dys, python_function)
+        host.append({"impl": impl, "fwd": host_us(fwd, calls_per_round, device),
+                     "fwd+bwd": host_us(fwd_bwd, calls_per_round, device)})
     calls_sb = CtxCalls(cake, ctx, xs, ws, dys, "silu", make_biases(xs, 4))
     sb_fwd = host_us(calls_sb.forward, calls_per_round, device)
     sb_both = host_us(calls_sb.forward_backward, calls_per_round, device)
