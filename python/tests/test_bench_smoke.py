@@ -21,7 +21,8 @@ def test_bench_api_quick_cpu(tmp_path):
     assert {"cake C ctx calls", "cake api", "torch conv1d", "cake C ctx calls silu+bias",
             "cake ShortConv silu+bias", "cake multi silu+bias"} <= impls, impls
     assert [h["impl"] for h in result["host_us"]["rows"]] == [
-        "cake C ctx calls", "cake api", "cake C ctx calls silu+bias", "cake multi silu+bias"]
+        "cake C ctx calls", "cake api", "torch 2x (autograd floor)", "python Function 2x",
+        "cake C ctx calls silu+bias", "cake multi silu+bias"]
     # FLA's rows are there too: timed where its kernels run, else marked absent or failed
     fla = [r for r in result["rows"] if r["impl"].startswith("fla act=silu bias")]
     assert fla and all(r["us"] is not None or r["note"].startswith(("absent", "failed"))
