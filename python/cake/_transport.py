@@ -87,6 +87,7 @@ class TorchTransport:
         self.size = 1
         self.device_exchange = False
         self.host_via_device = False
+        self._await_release = True  # let_go after host exchanges (until it once times out)
         if group is not None:
             self.size = dist.get_world_size(group)
             self.global_ranks = [_global_rank(group, r) for r in range(self.size)]
@@ -125,7 +126,10 @@ class TorchTransport:
                 ops = self._ops(tag, sends, num_sends, receives, num_receives,
                                 lambda t: _host_tensor(t.data, t.bytes))
                 self._run(ops, timeout)
-                let_go([op.tensor for op in ops])  # (host operations are complete here)
+                # (host operations are complete here; a backend whose works keep their tensors
+                # longer is not waited for again)
+                if self._await_release and not let_go([op.tensor for op in ops]):
+                    self._await_release = False
             return _lib.SUCCESS
         except BaseException as e:  # noqa: B036 (nothing may unwind through C)
             return self._failed(e, timeout)
@@ -188,9 +192,9 @@ class TorchTransport:
                 work.wait()
 
 
-def let_go(tensors, seconds=1.0):
-    """Waits (at most `seconds`) until no one but Python holds `tensors`, whose operations have
-    completed. A gloo worker thread drops its work's tensors just after waking the waiter; if
+def let_go(tensors, seconds=0.05):
+    """Waits (at most `seconds`: microseconds in practice) until no one but Python holds
+    `tensors`, whose operations have completed; False if the time ran out. A gloo worker thread drops its work's tensors just after waking the waiter; if
     Python has let go of a tensor first, the worker must take the GIL to free it, and when that
     happens while the interpreter shuts down (a program that ends right after its last
     communication), Python ends the thread and the process dies with std::terminate ("terminate
@@ -203,8 +207,9 @@ def let_go(tensors, seconds=1.0):
             if deadline is None:
                 deadline = now + seconds
             elif now > deadline:
-                return
+                return False
             time.sleep(0)
+    return True
 
     @staticmethod
     def _wait_stream(stream, timeout):

@@ -1,4 +1,6 @@
 """Multi-process gloo runs (world sizes 1 to 4, spawned here) against the single-process run."""
+import time
+
 import pytest
 import torch
 
@@ -129,6 +131,28 @@ def test_context_releases_exchanged_tensors_and_group(tmp_path):
         assert res["exchanged"] > 0, (r, res)
         assert res["held"] == [1] * res["exchanged"], (r, res)
         assert res["transport_freed"], (r, res)
+
+
+def test_let_go_waits_for_release_and_gives_up():
+    """The wait after a host exchange: it returns once every tensor is Python's alone (here
+    after a few polls), and gives up (False) when one stays held, within its time."""
+    from cake._transport import let_go
+
+    class Held:
+        def __init__(self, polls):
+            self.polls = polls
+
+        def _use_count(self):  # held by "gloo" for the first polls - 1 calls
+            self.polls -= 1
+            return 2 if self.polls > 0 else 1
+
+    released = [Held(3), Held(1), Held(5)]
+    assert let_go(released)
+    assert [h.polls for h in released] == [0, 0, 0]
+    assert let_go([torch.zeros(3)])
+    start = time.monotonic()
+    assert not let_go([Held(10 ** 12)], seconds=0.01)
+    assert time.monotonic() - start < 1.0
 
 
 def test_compiled_step_two_ranks(tmp_path):
