@@ -180,6 +180,20 @@ def bitwise_expected(ranks, rows_per_rank):
     return rows_per_rank % BLOCK == 0 and power_of_two(ranks) and power_of_two(blocks_per_rank)
 
 
+def verdict(losses, single, world, rows_per_rank):
+    """Prints the distributed losses against the single-process run's; 0 if they agree as they
+    must (bit for bit where bitwise_expected, else to rounding), else 1."""
+    same = torch.equal(losses.view(torch.int32), single.view(torch.int32))
+    print(f"single-process run: {[f'{v:.9g}' for v in single.tolist()]}")
+    if bitwise_expected(world, rows_per_rank):
+        print(f"losses of {world} ranks bitwise equal to the single-process run: {same}")
+        return 0 if same else 1
+    close = torch.allclose(losses, single, rtol=1e-5, atol=0)
+    print(f"{world} ranks or {rows_per_rank} rows per rank: the dw trees differ from the "
+          f"single-process one, so losses agree to rounding only: {close} (bitwise: {same})")
+    return 0 if close else 1
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--single", action="store_true",
@@ -219,18 +233,7 @@ def main(argv=None):
     if rank == 0:
         print("losses:", [f"{v:.9g}" for v in losses.tolist()])
         args.verbose = False  # the same batch, in this process alone
-        single = train(args, solo, solo)
-        same = torch.equal(losses.view(torch.int32), single.view(torch.int32))
-        print(f"single-process run: {[f'{v:.9g}' for v in single.tolist()]}")
-        if bitwise_expected(world, args.rows_per_rank):
-            print(f"losses of {world} ranks bitwise equal to the single-process run: {same}")
-            status = 0 if same else 1
-        else:
-            close = torch.allclose(losses, single, rtol=1e-5, atol=0)
-            print(f"{world} ranks or {args.rows_per_rank} rows per rank: dw trees differ from "
-                  f"the single-process one, so losses agree to rounding only: {close} "
-                  f"(bitwise: {same})")
-            status = 0 if close else 1
+        status = verdict(losses, train(args, solo, solo), world, args.rows_per_rank)
     return broadcast_status(status)
 
 

@@ -290,6 +290,30 @@ def assert_bitwise(name, got, expected):
         raise AssertionError(f"{name}: {diff} of {a.numel()} elements differ bitwise")
 
 
+VARIANT_OUTPUTS = ("y", "dx", "dw", "dbias")  # run_variant's results, in order
+
+
+def assert_all_bitwise(got, want, where):
+    """Every tensor of two run_variant results (y, dx, dw, dbias lists) bitwise equal."""
+    for j, name in enumerate(VARIANT_OUTPUTS):
+        assert len(got[j]) == len(want[j]), (name, where)
+        for i, (g, w) in enumerate(zip(got[j], want[j])):
+            assert_bitwise(f"{name}[{i}] {where}", g, w)
+
+
+def warm_up_for_capture(step, leaves, times=3):
+    """Runs step() `times` on a side stream (the context's tables, the allocator) before a CUDA
+    graph capture, clearing the leaves' gradients each time, as torch.cuda.graph asks."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(times):
+            for t in leaves:
+                t.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+
+
 def assert_compiled_calls(got, eager, where=""):
     """The C calls of a compiled step (a delta of ctx.stats()) against the eager step's (which,
     under checkpoint, recomputes each forward once: forward_calls = 2 x backward_calls). The

@@ -9,25 +9,17 @@ from torch.utils.checkpoint import checkpoint
 
 import cake
 from cake.causal_conv1d_det_train_kcp import conv_det_kcp
-from _problems import (VARIANTS, Problem, assert_bitwise, assert_close64, assert_compiled_calls,
-                       cuda_ready, make_biases, reference64_params, run_variant,
-                       single_rank_reference, variant_id)
+from _problems import (VARIANT_OUTPUTS, VARIANTS, Problem, assert_all_bitwise, assert_bitwise,
+                       assert_close64, assert_compiled_calls, cuda_ready, make_biases,
+                       reference64_params, run_variant, single_rank_reference, variant_id)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not cuda_ready(), reason="needs a CUDA device and libcake_cuda"))]
 
-NAMES = ("y", "dx", "dw", "dbias")
 
 
 def biases_for(p, with_bias):
     return make_biases(p) if with_bias else None
-
-
-def assert_all_bitwise(got, want, where):
-    for j, name in enumerate(NAMES):
-        assert len(got[j]) == len(want[j]), (name, where)
-        for i, (g, w) in enumerate(zip(got[j], want[j])):
-            assert_bitwise(f"{name}[{i}] {where}", g, w)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
@@ -102,7 +94,7 @@ def test_variants_differ_and_plain_equals_seed_entry_point():
     plain = run_variant(ctx, p.xs, p.ws, None, p.dys, True, None)
     for j in range(3):
         for i in range(len(p.xs)):
-            assert_bitwise(f"plain {NAMES[j]}[{i}]", plain[j][i], seed[j][i])
+            assert_bitwise(f"plain {VARIANT_OUTPUTS[j]}[{i}]", plain[j][i], seed[j][i])
     if p.T:
         silu = run_variant(ctx, p.xs, p.ws, None, p.dys, True, "silu")
         assert not torch.equal(silu[0][0], plain[0][0])

@@ -7,23 +7,14 @@ from torch.utils.checkpoint import checkpoint
 
 import cake
 from cake.causal_conv1d_det_train_kcp import conv_det_kcp
-from _problems import (VARIANTS, Problem, assert_bitwise, assert_workers_ok, cuda_ready,
-                       make_biases, run_variant, variant_id)
+from _problems import (VARIANTS, Problem, assert_all_bitwise, assert_bitwise, assert_workers_ok,
+                       cuda_ready, make_biases, run_variant, variant_id, warm_up_for_capture)
 
 pytestmark = pytest.mark.skipif(not cuda_ready(), reason="needs a CUDA device and libcake_cuda")
-
-NAMES = ("y", "dx", "dw", "dbias")
 
 
 def _cuda(ts):
     return None if ts is None else [t.cuda() for t in ts]
-
-
-def assert_all_bitwise(got, want, where):
-    for j, name in enumerate(NAMES):
-        assert len(got[j]) == len(want[j]), (name, where)
-        for i, (g, w) in enumerate(zip(got[j], want[j])):
-            assert_bitwise(f"{name}[{i}] {where}", g, w)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
@@ -100,14 +91,7 @@ def test_cuda_graph_step_with_bias_silu():
         outs = step(fresh)
         return [o.detach() for o in outs], [t.grad for t in fresh]
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            for t in leaves:
-                t.grad = None
-            step(leaves)
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_for_capture(lambda: step(leaves), leaves)
     for t in leaves:
         t.grad = None
     graph = torch.cuda.CUDAGraph()
@@ -223,14 +207,7 @@ def test_cuda_module_compiled_and_graph_captured(fresh_dynamo):
 
     # a CUDA graph of the eager step (the handle made and closed inside it)
     leaves = [x.clone().requires_grad_() for x in xs]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            for t in leaves:
-                t.grad = None
-            step(body, leaves)
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_for_capture(lambda: step(body, leaves), leaves)
     for t in leaves:
         t.grad = None
     convs.zero_grad(set_to_none=False)

@@ -8,7 +8,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import cake
-from _problems import Problem, assert_bitwise, cuda_ready
+from _problems import Problem, assert_bitwise, cuda_ready, warm_up_for_capture
 
 pytestmark = pytest.mark.skipif(not cuda_ready(), reason="needs a CUDA device and libcake_cuda")
 
@@ -55,14 +55,7 @@ def test_captured_training_step_replays_bitwise(multi):
     dys = [dy.cuda() for dy in p.dys]
     step = make_step(ctx, xs, ws, dys, multi)
 
-    side = torch.cuda.Stream()  # warm-up (the context's tables, the allocator) on a side stream
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            for t in xs + ws:
-                t.grad = None
-            step()
-    torch.cuda.current_stream().wait_stream(side)
+    warm_up_for_capture(step, xs + ws)
     for t in xs + ws:
         t.grad = None
 
