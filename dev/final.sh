@@ -34,6 +34,9 @@ if [ "$PART" = 2 ]; then
     python/tests/test_fla_cuda.py python/tests/test_cuda_bias_silu.py python/tests/test_bias_silu.py \
     python/tests/test_short_convolution.py > "$OUT/pytest-fla.log" 2>&1
   tail -6 "$OUT/pytest-fla.log"
+  echo "== where the API's host time goes ($((SECONDS - t0)) s)"
+  binding timeout 90 python3 dev/profile_api_host.py > "$OUT/profile_api_host.log" 2>&1
+  grep -E "^====|^ +[0-9.]+  " "$OUT/profile_api_host.log" | head -40
   echo "== public API benchmark ($((SECONDS - t0)) s)"
   binding timeout $(left) python3 bench/bench_api.py > "$OUT/bench_api.log" 2>&1; tail -40 "$OUT/bench_api.log"
   echo "== end ($((SECONDS - t0)) s)"
