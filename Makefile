@@ -59,7 +59,8 @@ clean:
 # The PyTorch binding (python/cake): PyPI's torch (pinned) and pytest in a venv of
 # /usr/bin/python3 (scripts/install-python-deps.sh), the package built as a wheel and installed
 # from it (as `pip install .` does), its tests; CAKE_WHEEL lets them check pip installs beside
-# FlashInfer. The CUDA tests skip without a GPU.
+# FlashInfer. The CUDA tests skip without a GPU. First a static check (pylint, only errors a
+# test on a CPU cannot reach: unreachable code, missing attributes, undefined names).
 PY_VENV ?= build-python/venv
 PY_DIST ?= build-python/dist
 PYTEST_FLAGS ?= -q --durations=15
@@ -67,6 +68,9 @@ PYTEST_FLAGS ?= -q --durations=15
 .PHONY: test-python
 test-python:
 	@scripts/install-python-deps.sh $(PY_VENV)
+	$(PY_VENV)/bin/python -m pylint --jobs 2 --score n --disable all \
+	  --enable unreachable,no-member,undefined-variable,used-before-assignment \
+	  python/cake python/tests examples bench dev/*.py
 	rm -rf $(PY_DIST)
 	$(PY_VENV)/bin/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(PY_DIST) .
 	$(PY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps $(PY_DIST)/cake-*.whl

@@ -5,6 +5,8 @@
 #   * a virtual environment of /usr/bin/python3 with PyPI's torch, pinned (the current release:
 #     the tests, torch.compile ones included, run on it; about 50 s to install, with the CUDA
 #     libraries PyPI's default Linux wheel brings), numpy and pytest;
+#   * pylint (pinned): the binding's static check before its tests (`make test-python`): code
+#     that cannot run and attributes that do not exist, in files whose paths a CPU run misses;
 #   * fla-core (FLA's modules, pinned; its one dependency einops, pinned too), for the tests of
 #     cake.ShortConvolution against FLA's fla.modules.ShortConvolution (signatures, state_dict;
 #     on the CPU: FLA's kernels need CUDA). Installed with --no-deps: its extras would bring
@@ -23,6 +25,7 @@ NUMPY=2.4.6
 PYTEST=8.3.5
 FLA_CORE=0.6.0
 EINOPS=0.8.2
+PYLINT=4.1.4
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -53,6 +56,7 @@ want=()
 have torch "$TORCH" || want+=("torch==$TORCH")
 have numpy "$NUMPY" || want+=("numpy==$NUMPY")
 have pytest "$PYTEST" || want+=("pytest==$PYTEST")
+have_dist pylint "$PYLINT" || want+=("pylint==$PYLINT")
 if [ ${#want[@]} -gt 0 ]; then
   echo "install-python-deps: pip install ${want[*]} (PyPI, into $VENV)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${want[@]}"

@@ -192,25 +192,6 @@ class TorchTransport:
                 work.wait()
 
 
-def let_go(tensors, seconds=0.05):
-    """Waits (at most `seconds`: microseconds in practice) until no one but Python holds
-    `tensors`, whose operations have completed; False if the time ran out. A gloo worker thread drops its work's tensors just after waking the waiter; if
-    Python has let go of a tensor first, the worker must take the GIL to free it, and when that
-    happens while the interpreter shuts down (a program that ends right after its last
-    communication), Python ends the thread and the process dies with std::terminate ("terminate
-    called without an active exception", seen with torch 2.11 and 2.15 on gloo). Waiting here,
-    while Python still holds them, leaves the worker nothing to free that needs the GIL."""
-    deadline = None
-    for t in tensors:
-        while t._use_count() > 1:  # (this reference is Python's own)
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + seconds
-            elif now > deadline:
-                return False
-            time.sleep(0)
-    return True
-
     @staticmethod
     def _wait_stream(stream, timeout):
         """Waits on the host for the work enqueued on `stream`, at most `timeout` seconds."""
@@ -246,6 +227,27 @@ def let_go(tensors, seconds=0.05):
         for host, buf in recv_dev:
             host.copy_(buf)  # synchronous: waits for the stream
         stream.synchronize()
+
+
+def let_go(tensors, seconds=0.05):
+    """Waits (at most `seconds`: microseconds in practice) until no one but Python holds `tensors`,
+    whose operations have completed; False if the time ran out. A gloo worker thread drops its
+    work's tensors just after waking the waiter; if Python has let go of a tensor first, the
+    worker must take the GIL to free it, and when that happens while the interpreter shuts down
+    (a program that ends right after its last communication), Python ends the thread and the
+    process dies with std::terminate ("terminate called without an active exception", seen with
+    torch 2.11 and 2.15 on gloo). Waiting here, while Python still holds them, leaves the worker
+    nothing to free that needs the GIL."""
+    deadline = None
+    for t in tensors:
+        while t._use_count() > 1:  # (this reference is Python's own)
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + seconds
+            elif now > deadline:
+                return False
+            time.sleep(0)
+    return True
 
 
 def _global_rank(group, rank):
