@@ -4,7 +4,8 @@
 # public API), one kernel variant beside the default. Logs under $OUT. Carry .deps (cmocka)
 # and, for FLA in the API benchmark and its tests, .whl. PART=1 (default) builds and runs
 # everything but FLA; PART=2 builds the library alone (or finds it built) for FLA's comparisons
-# (FLA's first calls autotune for minutes) and the public API benchmark.
+# (FLA's first calls autotune for minutes) and the public API benchmark. PART=3 checks a kernel
+# candidate: the build, GPU = CPU, the C GPU tests, then dev/variants.sh on VARIANTS (a file).
 set -uo pipefail
 PART=${PART:-1}
 cd "$(dirname "$0")/.."
@@ -40,6 +41,20 @@ if [ "$PART" = 2 ]; then
   echo "== public API benchmark ($((SECONDS - t0)) s)"
   binding timeout $(left) python3 bench/bench_api.py > "$OUT/bench_api.log" 2>&1; tail -40 "$OUT/bench_api.log"
   echo "== end ($((SECONDS - t0)) s)"
+  exit 0
+fi
+if [ "$PART" = 3 ]; then
+  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
+    && cmake --build build-device -j 16 --target cake_cuda_shared test_cuda_conv test_activation_cuda \
+      test_cuda_cp_mpi > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+  echo "== built ($((SECONDS - t0)) s); GPU = CPU, every variant"
+  timeout 100 python3 dev/check_variants.py --lib "$lib" > "$OUT/check_variants.log" 2>&1
+  tail -2 "$OUT/check_variants.log"
+  timeout 200 ctest --test-dir build-device -j 4 -R "cuda_conv|activation_cuda|cuda_cp_mpi" \
+    --output-on-failure > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" | tail -8
+  echo "== variants ($((SECONDS - t0)) s)"
+  OUT="$OUT" timeout $(left) bash dev/variants.sh "${VARIANTS:-dev/variants.txt}"
   exit 0
 fi
 ( cmake -S . -B build-var-lanes1 -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DCAKE_BUILD_BENCH=OFF \

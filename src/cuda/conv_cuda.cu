@@ -100,12 +100,19 @@ __global__ void __launch_bounds__(kThreads, (V & kSilu) ? 2 : CAKE_CUDA_FORWARD_
 }
 
 /* The split form serves small calls, with few dw chains: their latency, not occupancy, bounds
- * it, so it may trade blocks for a deeper load ring (CAKE_CUDA_DW_STAGES). */
+ * it, so it may trade blocks for a deeper load ring (CAKE_CUDA_DW_STAGES). With SiLU its walks
+ * spill at two blocks' 128 registers (about 180 bytes a thread) and fit in 150 at one. */
 #ifndef CAKE_CUDA_SPLIT_MIN_BLOCKS
 #define CAKE_CUDA_SPLIT_MIN_BLOCKS 2
 #endif
+#ifndef CAKE_CUDA_SILU_SPLIT_MIN_BLOCKS
+#define CAKE_CUDA_SILU_SPLIT_MIN_BLOCKS 1
+#endif
+__host__ __device__ constexpr int split_min_blocks(int V) {
+    return (V & kSilu) ? CAKE_CUDA_SILU_SPLIT_MIN_BLOCKS : CAKE_CUDA_SPLIT_MIN_BLOCKS;
+}
 template <bool kSplit, int V>
-__global__ void __launch_bounds__(kThreads, kSplit ? CAKE_CUDA_SPLIT_MIN_BLOCKS : kBackwardMinBlocks)
+__global__ void __launch_bounds__(kThreads, kSplit ? split_min_blocks(V) : kBackwardMinBlocks)
     backward_kernel(const __grid_constant__ ConvArgs a) {
     backward_items<kSplit, V>(a);
 }
