@@ -37,11 +37,12 @@ constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 #ifndef CAKE_CUDA_DW_STAGES /* the dw walk alone (split backward, small shapes) */
 #define CAKE_CUDA_DW_STAGES 3
 #endif
-/* 1: prefetch a walk's first rows into L2 before its fragment lookup. Off: on the H200 it cost
- * 4-7 % at every shape (the rows are L2-resident or streamed anyway; the prefetches take issue
- * slots). */
+/* 1: the walks of the memory-bound ops (plain, bias) prefetch their first rows into L2 before
+ * the fragment lookup; 0: no walk does. H200, both in one run (docs/PERFORMANCE.md): 1.8 % faster
+ * main forward, 1.5-2.8 % at 3 x [8192, 4096]; SiLU's arithmetic-bound walks lose 0.5-2.6 % to
+ * the prefetches' issue slots and never prefetch (their ops' kPrefetch). */
 #ifndef CAKE_CUDA_PREFETCH
-#define CAKE_CUDA_PREFETCH 0
+#define CAKE_CUDA_PREFETCH 1
 #endif
 #ifndef CAKE_CUDA_BACKWARD_SILU_STAGES /* SiLU's backward holds more state per row */
 #define CAKE_CUDA_BACKWARD_SILU_STAGES 2
@@ -268,7 +269,7 @@ __device__ __forceinline__ float2 conv_pair(const PairWeights &w, uint32_t x0, u
 template <class Op>
 __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T, Op &op,
                                           int64_t t0, int64_t t1, int64_t c) {
-    if (CAKE_CUDA_PREFETCH) /* the rows the first steps read, while the lookup below waits */
+    if (CAKE_CUDA_PREFETCH && Op::kPrefetch) /* the first steps' rows, while the lookup waits */
         for (int64_t t = t0 < 3 ? 0 : t0 - 3; t < t0 + Op::kRows && t < a.rows; t++)
             op.prefetch(T, t, c);
     Cursor cur = cursor_at(a, t0, Op::kNeedValid);
@@ -329,6 +330,7 @@ constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
 
 template <int V, int L>
 struct ForwardOp {
+    static constexpr bool kPrefetch = (V & kSilu) == 0;
     static constexpr int kLookahead = 0;
     static constexpr int kStages = CAKE_CUDA_FORWARD_STAGES;
     static constexpr int kRows = kForwardStepRows;
@@ -441,6 +443,7 @@ __device__ __forceinline__ uint32_t dx_pair(const PairWeights &w, float g0e, flo
  * forward. */
 template <bool kDx, bool kDw, int V, int L>
 struct BackwardOp {
+    static constexpr bool kPrefetch = true; /* (no SiLU: BackwardSiluOp) */
     static constexpr int kLookahead = kDx ? 3 : 0; /* dx(t) reads dy(t + 3) */
     static constexpr int kStages = kDx ? CAKE_CUDA_BACKWARD_STAGES : CAKE_CUDA_DW_STAGES;
     static constexpr int kRows = kStepRows;
@@ -516,6 +519,7 @@ struct BackwardOp {
  * dy of row t + K, computes its g, then dx(t) and the partials of row t. */
 template <bool kDx, bool kDw, int V, int L>
 struct BackwardSiluOp {
+    static constexpr bool kPrefetch = false;
     static constexpr int kLookahead = kDx ? 3 : 0;
     static constexpr int kStages = CAKE_CUDA_BACKWARD_SILU_STAGES;
     static constexpr int kRows = kStepRows;
