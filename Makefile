@@ -68,8 +68,8 @@ PYTEST_FLAGS ?= -q --durations=15
 .PHONY: test-python
 test-python:
 	@scripts/install-python-deps.sh $(PY_VENV)
-	$(PY_VENV)/bin/python -m pylint --jobs 2 --score n --disable all \
-	  --enable unreachable,no-member,undefined-variable,used-before-assignment \
+	$(PY_VENV)/bin/python -m pylint --jobs=2 --score=n --disable=all \
+	  --enable=unreachable,no-member,undefined-variable,used-before-assignment \
 	  python/cake python/tests examples bench dev/*.py
 	rm -rf $(PY_DIST)
 	$(PY_VENV)/bin/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w $(PY_DIST) .

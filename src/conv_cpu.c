@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STRIP_CHANNELS 4096        /* whole rows of common widths: long contiguous reads prefetch well */
+#define STRIP_CHANNELS CAKE_CPU_STRIP_CHANNELS
 #define FORWARD_UNIT_ELEMENTS 131072 /* about 256 KiB of x per forward unit */
 
 int cake_cpu_isa_supported(cake_cpu_isa isa) {

@@ -7,6 +7,10 @@
 #include <stdint.h>
 
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
+/* The widest channel strip a span covers (whole rows of common widths: long contiguous reads
+ * prefetch well); the backward kernels size their SiLU carry by it. */
+#define CAKE_CPU_STRIP_CHANNELS 4096
+
 typedef struct cake_row_span {
     const uint16_t *x;        /* local rows of the tensor (row stride ld) */
     const uint16_t *dy;       /* backward only */
@@ -19,7 +23,7 @@ typedef struct cake_row_span {
     int64_t length;           /* the fragment's rows */
     int64_t future_valid;     /* future rows still in the fragment's sequence (0..3): g is +0.0
                                  beyond them */
-    int64_t c0, c1;           /* channel strip */
+    int64_t c0, c1;           /* channel strip, at most CAKE_CPU_STRIP_CHANNELS wide */
 } cake_row_span;
 
 /* Which variant of the op a kernel runs: bit 0 bias, bit 1 SiLU. */
