@@ -40,8 +40,8 @@ def python_frames(prof, calls, rows):
     $OUT as trace-cake-api.json where OUT is set)."""
     path = os.path.join(os.environ.get("OUT") or tempfile.gettempdir(), "trace-cake-api.json")
     prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
+    with open(path, encoding="utf-8", errors="replace") as f:  # (torch 2.6 writes stray bytes)
+        events = json.loads(f.read(), strict=False)["traceEvents"]
     total = collections.defaultdict(float)
     for e in events:
         if e.get("cat") == "python_function" and e.get("ph") == "X":
