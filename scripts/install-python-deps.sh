@@ -11,6 +11,10 @@
 #     cake.ShortConvolution against FLA's fla.modules.ShortConvolution (signatures, state_dict;
 #     on the CPU: FLA's kernels need CUDA). Installed with --no-deps: its extras would bring
 #     their own torch and triton, and the venv's torch stays the one pinned here.
+#   * flashinfer-python (pinned, --no-deps, with only the packages `import flashinfer` needs, pinned
+#     too): test_flashinfer.py checks cake's flashinfer.cake_causal_conv1d_det_train_kcp beside the
+#     real FlashInfer, which must stay untouched. Its CUDA dependencies (cutlass-dsl, cuda-python,
+#     cudnn frontend) are left out: nothing of FlashInfer runs in the tests, it is only imported.
 # cake supports torch >= 2.6; README.md lists the versions tested. Debian's own python3-torch
 # (1.13) is too old for torch.library custom ops and torch.compile and is not used.
 # Usage: scripts/install-python-deps.sh [VENV]   (default: build-python/venv)
@@ -25,6 +29,10 @@ NUMPY=2.4.6
 PYTEST=8.3.5
 FLA_CORE=0.6.0
 EINOPS=0.8.2
+# flashinfer-python and what its import needs (its Requires-Dist, less the CUDA packages)
+FLASHINFER_SET="flashinfer-python==0.7.4 apache-tvm-ffi==0.1.11 requests==2.34.2 urllib3==2.8.0
+  idna==3.20 certifi==2026.10.19.post1 charset-normalizer==3.5.3 nvidia-ml-py==13.615.71
+  tqdm==4.70.1"
 PYLINT=4.1.4
 
 sudo=""
@@ -64,6 +72,9 @@ fi
 nodeps=()
 have_dist einops "$EINOPS" || nodeps+=("einops==$EINOPS")
 have_dist fla-core "$FLA_CORE" || nodeps+=("fla-core==$FLA_CORE")
+for pin in $FLASHINFER_SET; do
+  have_dist "${pin%%==*}" "${pin##*==}" || nodeps+=("$pin")
+done
 if [ ${#nodeps[@]} -gt 0 ]; then
   echo "install-python-deps: pip install --no-deps ${nodeps[*]} (PyPI, into $VENV)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${nodeps[@]}"

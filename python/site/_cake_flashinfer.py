@@ -7,8 +7,10 @@ imported. It appends a finder to ``sys.meta_path`` that answers for exactly
 which re-exports cake's four names), and only after every other finder said no:
 
 * with FlashInfer (``flashinfer-python``) installed, in the same site directory or another one,
-  ``flashinfer`` stays FlashInfer's package, untouched; only the one name FlashInfer does not
-  have comes from here (and if a FlashInfer release ever ships that module, its own wins);
+  ``flashinfer`` stays FlashInfer's package, untouched; only the one name, where FlashInfer
+  does not have it, comes from here. flashinfer-python 0.7.4 ships a module of that name itself
+  (its Blackwell kernels, with its own context API): where such a FlashInfer is installed its
+  module wins, and cake's API is imported from ``cake``;
 * without FlashInfer there is no ``flashinfer`` package to import, and none is installed: the
   finder provides an empty ``flashinfer`` namespace only while that one module is being
   imported, so ``importlib.util.find_spec("flashinfer")``, which vLLM, SGLang and others use to

@@ -8,7 +8,8 @@ Three levels:
 * with pip, when $CAKE_WHEEL names the built wheel (`make test-python` sets it): install cake
   and a stand-in flashinfer wheel into a fresh venv in either order, uninstall either, and check
   who owns which file;
-* with the real flashinfer-python, where it is installed (the H200 machine): skipped here.
+* with the real flashinfer-python where it is installed (scripts/install-python-deps.sh puts
+  it in the tests' venv, without its CUDA dependencies: it is only imported).
 """
 import base64
 import hashlib
@@ -38,19 +39,49 @@ def _hook_dir():
     return PYTHON_DIR / "site"
 
 
-def _run(code, *path, env_extra=None):
+def _real_flashinfer():
+    """The directory of the flashinfer package this interpreter would import, or None."""
+    spec = importlib.util.find_spec("flashinfer")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
+def _ships_the_module(package_dir):
+    return (package_dir / "cake_causal_conv1d_det_train_kcp.py").exists()
+
+
+def _site_without_flashinfer(tmp_path):
+    """This interpreter's site-packages as links, less flashinfer-python and cake: an
+    environment where torch imports and FlashInfer is absent, whatever is installed here."""
+    import sysconfig
+    skip = ("flashinfer", "cake", "_cake_flashinfer")
+    out = tmp_path / "site-without-flashinfer"
+    out.mkdir()
+    for key in ("purelib", "platlib"):
+        for entry in pathlib.Path(sysconfig.get_paths()[key]).iterdir():
+            if not entry.name.replace("-", "_").startswith(skip) and \
+                    not (out / entry.name).exists():
+                (out / entry.name).symlink_to(entry)
+    return out
+
+
+def _run(code, *path, env_extra=None, isolated=None):
     """Runs `code` in a fresh interpreter whose sys.path starts with `path` (site dirs: their
-    .pth files are processed); returns its stdout."""
+    .pth files are processed); returns its stdout. With `isolated` (a _site_without_flashinfer
+    dir) the interpreter's own site-packages are replaced by it (python -S)."""
+    dirs = [str(p) for p in path] + ([str(isolated)] if isolated else [])
     prelude = textwrap.dedent(f"""
         import site, sys
-        for d in reversed({[str(p) for p in path]!r}):
+        for d in reversed({dirs!r}):
             site.addsitedir(d)
             sys.path.remove(d)
             sys.path.insert(0, d)
     """)
     env = dict(os.environ, **(env_extra or {}))
     env.pop("PYTHONPATH", None)
-    run = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+    flags = ["-S"] if isolated else []
+    run = subprocess.run([sys.executable, *flags, "-c", prelude + textwrap.dedent(code)],
                          capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     return run.stdout
@@ -80,6 +111,10 @@ def _stub_flashinfer(root):
 
 
 def test_names_are_cakes_in_this_process():
+    real = _real_flashinfer()
+    if real is not None and _ships_the_module(real):
+        pytest.skip(f"the FlashInfer here ({real}) ships {NAME} itself, which wins "
+                    "(test_with_the_real_flashinfer); cake's is checked without it")
     if importlib.util.find_spec("_cake_flashinfer") is None:
         sys.path.insert(0, str(_hook_dir()))
     import _cake_flashinfer  # noqa: F401  (installed by the .pth after pip install)
@@ -110,7 +145,7 @@ CHECK = """
 
 
 def test_without_flashinfer_detection_still_says_absent(tmp_path):
-    out = _run(CHECK, _cake_site(tmp_path))
+    out = _run(CHECK, _cake_site(tmp_path), isolated=_site_without_flashinfer(tmp_path))
     # importlib.util.find_spec("flashinfer"), FlashInfer detection in vLLM and SGLang, is not
     # fooled by cake being installed
     assert "flashinfer before: None" in out, out
@@ -122,7 +157,7 @@ def test_flashinfer_in_another_site_dir(tmp_path, order):
     stub = _stub_flashinfer(tmp_path / "fi-site")
     site_dir = _cake_site(tmp_path)
     dirs = (stub, site_dir) if order == "flashinfer first" else (site_dir, stub)
-    out = _run(CHECK, *dirs)
+    out = _run(CHECK, *dirs, isolated=_site_without_flashinfer(tmp_path))
     assert f"flashinfer before: {stub / 'flashinfer' / '__init__.py'}" in out, out
     assert f"flashinfer: the real FlashInfer ['{stub / 'flashinfer'}']" in out, out
 
@@ -130,19 +165,20 @@ def test_flashinfer_in_another_site_dir(tmp_path, order):
 def test_flashinfer_in_the_same_site_dir(tmp_path):
     site_dir = _cake_site(tmp_path)
     _stub_flashinfer(site_dir)
-    out = _run(CHECK, site_dir)
+    out = _run(CHECK, site_dir, isolated=_site_without_flashinfer(tmp_path))
     assert f"flashinfer: the real FlashInfer ['{site_dir / 'flashinfer'}']" in out, out
 
 
 def test_flashinfer_that_ships_the_module_itself_wins(tmp_path):
-    """Should a FlashInfer release ever ship this module, its own is imported, not cake's."""
+    """A FlashInfer that ships this module (flashinfer-python 0.7.4 does) has its own imported,
+    not cake's."""
     site_dir = _cake_site(tmp_path)
     stub = _stub_flashinfer(tmp_path / "fi-site")
     (stub / "flashinfer" / "cake_causal_conv1d_det_train_kcp.py").write_text("OWN = 'fi'\n")
     out = _run("""
         import flashinfer.cake_causal_conv1d_det_train_kcp as m
         print("own:", getattr(m, "OWN", None))
-    """, stub, site_dir)
+    """, stub, site_dir, isolated=_site_without_flashinfer(tmp_path))
     assert "own: fi" in out, out
 
 
@@ -251,23 +287,32 @@ def test_pip_install_and_uninstall_either_order(venv, cake_first):
 # ---- the real FlashInfer ------------------------------------------------------------------
 
 def test_with_the_real_flashinfer():
-    """Where flashinfer-python is installed (the H200 machine): it is untouched and cake's
-    names come through it."""
+    """Where flashinfer-python is installed (the tests' venv): it is untouched; the seed's name
+    is FlashInfer's own module where FlashInfer ships one (0.7.4 does: its Blackwell kernels,
+    another API), else cake's names come through it. cake's own names stay cake's."""
     import importlib.metadata
     try:
-        importlib.metadata.version("flashinfer-python")
+        version = importlib.metadata.version("flashinfer-python")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("flashinfer-python is not installed")
-    out = _run("""
-        import importlib.metadata, importlib.util
+    real = _real_flashinfer()
+    assert real is not None, f"flashinfer-python {version} is installed but not importable"
+    ships = _ships_the_module(real)
+    out = _run(f"""
+        import importlib.metadata, importlib.util, pathlib
         spec = importlib.util.find_spec("flashinfer")
         import flashinfer
         print("origin:", spec.origin, getattr(flashinfer, "__version__", "?"))
-        print("dist:", importlib.metadata.version("flashinfer-python"))
         import cake
-        from flashinfer.cake_causal_conv1d_det_train_kcp import cake_causal_conv1d_det_multi_kcp
-        assert cake_causal_conv1d_det_multi_kcp is cake.cake_causal_conv1d_det_multi_kcp
+        import cake.causal_conv1d_det_train_kcp as ours
+        import flashinfer.cake_causal_conv1d_det_train_kcp as m
         assert flashinfer.__spec__.origin == spec.origin   # still FlashInfer's own package
+        if {ships!r}:   # FlashInfer's module, untouched: its file, its functions
+            assert pathlib.Path(m.__file__).parent == pathlib.Path(spec.origin).parent, m.__file__
+            assert m.cake_causal_conv1d_det_multi_kcp is not cake.cake_causal_conv1d_det_multi_kcp
+        else:
+            assert m.cake_causal_conv1d_det_multi_kcp is cake.cake_causal_conv1d_det_multi_kcp
+        assert ours.cake_causal_conv1d_det_multi_kcp is cake.cake_causal_conv1d_det_multi_kcp
         print("ok")
     """, *([] if (pathlib.Path(cake.__file__).parents[1] / "_cake_flashinfer.py").exists()
            else [_hook_dir(), PYTHON_DIR]))
