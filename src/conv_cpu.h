@@ -6,11 +6,11 @@
 
 #include <stdint.h>
 
-/* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 /* The widest channel strip a span covers (whole rows of common widths: long contiguous reads
  * prefetch well); the backward kernels size their SiLU carry by it. */
 #define CAKE_CPU_STRIP_CHANNELS 4096
 
+/* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 typedef struct cake_row_span {
     const uint16_t *x;        /* local rows of the tensor (row stride ld) */
     const uint16_t *dy;       /* backward only */

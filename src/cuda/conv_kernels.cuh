@@ -38,9 +38,10 @@ constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 #define CAKE_CUDA_DW_STAGES 3
 #endif
 /* 1: the walks of the memory-bound ops (plain, bias) prefetch their first rows into L2 before
- * the fragment lookup; 0: no walk does. H200, both in one run (docs/PERFORMANCE.md): 1.8 % faster
- * main forward, 1.5-2.8 % at 3 x [8192, 4096]; SiLU's arithmetic-bound walks lose 0.5-2.6 % to
- * the prefetches' issue slots and never prefetch (their ops' kPrefetch). */
+ * the fragment lookup; 0: no walk does. H200, on and off side by side in two runs
+ * (docs/PERFORMANCE.md): the main forward about 2 % faster, the backward unchanged; SiLU's
+ * arithmetic-bound walks lose up to 2.6 % to the prefetches' issue slots and never prefetch
+ * (their ops' kPrefetch). */
 #ifndef CAKE_CUDA_PREFETCH
 #define CAKE_CUDA_PREFETCH 1
 #endif
