@@ -5,8 +5,9 @@ into the graph as a constant (and retrace for every new handle). Each object the
 *token*: an int64 CPU tensor of one element holding the object's id here. Dynamo sees the token
 as an ordinary graph input (same shape and dtype for every object, so a new handle every
 micro-step reuses the compiled graph), and the op's implementation finds the object again by the
-token's value at run time (the graph may hand it a copy of the token). The ops declare the tokens mutated, so the compiled graph keeps every
-call, in program order, as eager code does (see _ops.py). Ids are never reused; the registry
+token's value at run time (the graph may hand it a copy of the token). The ops declare the
+tokens mutated, so the compiled graph keeps every call, in program order, as eager code does
+(see _ops.py). Ids are never reused; the registry
 holds the objects weakly, and close() removes them, so a closed or freed object is reported by
 name instead of being used.
 """
