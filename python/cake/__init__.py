@@ -6,7 +6,9 @@ with :class:`CakeError` (a RuntimeError carrying the C library's status). Beyond
 ``fla.modules.ShortConvolution`` (bias and SiLU fused, context parallel),
 :func:`short_convolution_multi` (a layer's q, k and v modules as one multi call) and
 :func:`set_conv_context`. The same four names
-are also importable as ``flashinfer.cake_causal_conv1d_det_train_kcp`` (the seed's full name).
+are also importable as ``flashinfer.cake_causal_conv1d_det_train_kcp`` (the seed's full name),
+except where an installed FlashInfer ships that module itself (flashinfer-python 0.7.4 does):
+its own is left in place.
 The C library (libcake.so, or libcake_cuda.so with the GPU kernels) is loaded on first use:
 from $CAKE_LIBRARY when set, else from this package's directory. Needs torch >= 2.6.
 """
