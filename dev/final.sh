@@ -26,10 +26,24 @@ DEADLINE=${DEADLINE:-540}
 left() { echo $((DEADLINE - (SECONDS - t0))); }
 lib=$PWD/build-device/libcake_cuda.so
 binding() { CAKE_LIBRARY=$lib PYTHONPATH=$PWD/python:${PYTHONPATH:-} "$@"; }
-if [ "$PART" = 2 ]; then
+GPU_TESTS="test_cuda_conv test_activation_cuda test_cuda_cp_mpi"
+build_device() {  # build_device TARGET...: the build main makes, into build-device
   cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
-    && cmake --build build-device -j 12 --target cake_cuda_shared > "$OUT/build.log" 2>&1 \
-    || { tail -30 "$OUT/build.log"; exit 1; }
+    || { tail -30 "$OUT/configure.log"; exit 1; }
+  cmake --build build-device -j 12 --target "$@" > "$OUT/build.log" 2>&1 \
+    || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+}
+c_gpu_checks() {  # GPU = CPU for every variant, then the C GPU tests (at most 200 s)
+  echo "== GPU = CPU, every variant"
+  timeout 100 python3 dev/check_variants.py --lib "$lib" > "$OUT/check_variants.log" 2>&1
+  tail -2 "$OUT/check_variants.log"
+  echo "== C GPU tests ($((SECONDS - t0)) s)"
+  [ "$(left)" -gt 60 ] && timeout $(( $(left) < 200 ? $(left) : 200 )) ctest --test-dir build-device -j 4 \
+    -R "cuda_conv|activation_cuda|cuda_cp_mpi" --output-on-failure > "$OUT/ctest.log" 2>&1
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|Passed|Skipped" "$OUT/ctest.log" | tail -12
+}
+if [ "$PART" = 2 ]; then
+  build_device cake_cuda_shared
   echo "== FLA comparisons and bias/SiLU through the binding"
   binding timeout $(( $(left) < 300 ? $(left) : 300 )) python3 -m pytest -p no:cacheprovider -q -rs \
     python/tests/test_fla_cuda.py python/tests/test_cuda_bias_silu.py python/tests/test_bias_silu.py \
@@ -44,15 +58,9 @@ if [ "$PART" = 2 ]; then
   exit 0
 fi
 if [ "$PART" = 3 ]; then
-  cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
-    && cmake --build build-device -j 16 --target cake_cuda_shared test_cuda_conv test_activation_cuda \
-      test_cuda_cp_mpi > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
-  echo "== built ($((SECONDS - t0)) s); GPU = CPU, every variant"
-  timeout 100 python3 dev/check_variants.py --lib "$lib" > "$OUT/check_variants.log" 2>&1
-  tail -2 "$OUT/check_variants.log"
-  timeout 200 ctest --test-dir build-device -j 4 -R "cuda_conv|activation_cuda|cuda_cp_mpi" \
-    --output-on-failure > "$OUT/ctest.log" 2>&1
-  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" | tail -8
+  build_device cake_cuda_shared $GPU_TESTS
+  echo "== built ($((SECONDS - t0)) s)"
+  c_gpu_checks
   echo "== variants ($((SECONDS - t0)) s)"
   OUT="$OUT" timeout $(left) bash dev/variants.sh "${VARIANTS:-dev/variants.txt}"
   exit 0
@@ -61,18 +69,10 @@ fi
     -DCMAKE_CUDA_ARCHITECTURES=90-real \
     -DCMAKE_CUDA_FLAGS="-DCAKE_CUDA_FORWARD_LANES=1 -DCAKE_CUDA_FORWARD_MIN_BLOCKS=4" > /dev/null 2>&1 \
   && cmake --build build-var-lanes1 -j 4 --target cake_cuda_shared > "$OUT/build-lanes1.log" 2>&1 ) &
-cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
-  || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build build-device -j 12 --target cake_cuda_shared test_cuda_conv test_activation_cuda test_cuda_cp_mpi \
-  > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+build_device cake_cuda_shared $GPU_TESTS
 wait
 echo "== built ($((SECONDS - t0)) s)"
-echo "== GPU = CPU, every variant"
-timeout 100 python3 dev/check_variants.py --lib "$lib" > "$OUT/check_variants.log" 2>&1; tail -2 "$OUT/check_variants.log"
-echo "== C GPU tests ($((SECONDS - t0)) s)"
-[ "$(left)" -gt 60 ] && timeout $(( $(left) < 200 ? $(left) : 200 )) ctest --test-dir build-device -j 4 -R "cuda_conv|activation_cuda|cuda_cp_mpi" --output-on-failure \
-  > "$OUT/ctest.log" 2>&1
-grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|Passed|Skipped" "$OUT/ctest.log" | tail -12
+c_gpu_checks
 echo "== binding's GPU tests ($((SECONDS - t0)) s)"
 [ "$(left)" -gt 40 ] && binding timeout $(( $(left) < 200 ? $(left) : 200 )) python3 -m pytest -p no:cacheprovider -q -rs \
   python/tests/test_cuda.py python/tests/test_cuda_graph.py python/tests/test_compile.py \

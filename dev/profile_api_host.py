@@ -14,7 +14,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 import torch
 import torch.nn.functional as F
@@ -22,18 +21,6 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
 import bench_api  # noqa: E402  (the benchmark's inputs and closures: the same calls)
-
-
-def per_call_us(fn, calls, device):
-    for _ in range(3):
-        fn()
-    bench_api.sync(device)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t = (time.perf_counter() - t0) / calls * 1e6
-    bench_api.sync(device)
-    return t
 
 
 def python_frames(prof, calls, rows, tag):
@@ -72,7 +59,7 @@ def main():
         "torch conv1d": bench_api.torch_conv(xs, ws, dys)[1],
     }
     for name, fn in cases.items():
-        us = per_call_us(fn, 50, args.device)
+        us = bench_api.host_us(fn, 50, args.device)
         # Python frames too for cake's own calls: which function the time is in
         with profile(activities=[ProfilerActivity.CPU], with_stack=name.startswith("cake")) as prof:
             for _ in range(args.calls):

@@ -166,8 +166,9 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
         ctx._raise(status)
 
 
-def _aligned(t):
-    # A contiguous view at an odd offset (a slice of a bigger tensor): a fresh copy is aligned.
+def aligned(t):
+    """t, or a fresh (so aligned) copy of a GPU tensor the kernels cannot read where it is (a
+    contiguous view at an odd offset: a slice of a bigger tensor)."""
     if t.is_cuda and t.data_ptr() & _ALIGN_MASK:
         return t.clone()
     return t
@@ -176,7 +177,7 @@ def _aligned(t):
 def backward_impl(ctx, xs, ws, pool, dys, dxs, dws, cooperative, multi, params=None):
     """One C backward: fills dxs (bf16, x's shape) and dws (this rank's fp32 [C_i, 4]), and with
     a bias the dbias tensors of `params`, from the contiguous bf16 dys (16-byte aligned on the
-    GPU: _aligned) and the forward's pool, exchanging the future rows of dy once (with
+    GPU: aligned) and the forward's pool, exchanging the future rows of dy once (with
     SiLU, x rows beside them, inside the C call)."""
     spec = ctx._spec(xs)
     pp = _ref(params)
@@ -263,10 +264,10 @@ def conv_forward(xs: List[torch.Tensor], weights: List[torch.Tensor],
     """cake::conv_forward: writes ys and the history pools of xs into `pool` (forward_impl).
     A GPU input at an address the kernels cannot read (a view at an odd offset) is copied
     first: a traced tensor's address is known only here, at run time."""
-    bs = [_aligned(b) for b in _op_bias(bias, xs, "bias")]
+    bs = [aligned(b) for b in _op_bias(bias, xs, "bias")]
     params = conv_params(activation, bs)
     ctx, handle = _objects(ctx_token, handle_token, xs, weights, multi)
-    xs, weights = [_aligned(x) for x in xs], [_aligned(w) for w in weights]
+    xs, weights = [aligned(x) for x in xs], [aligned(w) for w in weights]
     forward_impl(ctx, handle, xs, weights, ys, pool, cooperative, multi, params, None, bs)
 
 
@@ -277,13 +278,13 @@ def conv_backward(xs: List[torch.Tensor], weights: List[torch.Tensor],
                   multi: bool) -> None:
     """cake::conv_backward: writes dxs, dws (and with a bias dbias) from the contiguous dys
     (backward_impl)."""
-    bs = [_aligned(b) for b in _op_bias(bias, xs, "bias")]
+    bs = [aligned(b) for b in _op_bias(bias, xs, "bias")]
     if len(dbias) != len(bs):
         raise ValueError(f"dbias: expected {len(bs)} tensors (one per bias), got {len(dbias)}")
     params = conv_params(activation, bs, list(dbias))
     ctx, _ = _objects(ctx_token, None, xs, weights, multi)
-    xs, weights = [_aligned(x) for x in xs], [_aligned(w) for w in weights]
-    dys = [_aligned(dy) for dy in dys]
+    xs, weights = [aligned(x) for x in xs], [aligned(w) for w in weights]
+    dys = [aligned(dy) for dy in dys]
     backward_impl(ctx, xs, weights, pool, dys, dxs, dws, cooperative, multi, params)
 
 
@@ -315,7 +316,7 @@ def _prepare_dy(dy, x, index, multi):
     if dy.shape != x.shape:
         dy = dy.reshape(x.shape)
     dy = dy.contiguous()
-    return dy if _compiling() else _aligned(dy)  # (compiled: the op aligns, at run time)
+    return dy if _compiling() else aligned(dy)  # (compiled: the op aligns, at run time)
 
 
 class ConvFunction(torch.autograd.Function):

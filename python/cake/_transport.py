@@ -191,7 +191,6 @@ class TorchTransport:
             else:
                 work.wait()
 
-
     @staticmethod
     def _wait_stream(stream, timeout):
         """Waits on the host for the work enqueued on `stream`, at most `timeout` seconds."""

@@ -18,6 +18,7 @@ from torch import nn
 
 from ._context import SINGLE_PROCESS, ContextDetKcp
 from ._handle import RecomputeHandleDetKcp
+from ._ops import aligned
 from .causal_conv1d_det_train_kcp import conv_det_kcp
 
 __all__ = ["ShortConvolution", "short_convolution_multi", "set_conv_context"]
@@ -26,7 +27,6 @@ _BF16, _F32 = torch.bfloat16, torch.float32
 _compiling = torch.compiler.is_compiling
 _ACTIVATIONS = {None: None, "silu": "silu", "swish": "silu"}  # FLA's names -> cake's
 _BACKENDS = (None, "triton", "cuda", "cake")
-_ALIGN = 16
 
 
 # ---- single-process contexts built from cu_seqlens (or from T), cached --------------------
@@ -308,11 +308,9 @@ class ShortConvolution(nn.Conv1d):
                 b = b.float()
             if not b.is_contiguous():
                 b = b.contiguous()
-        if device.type == "cuda" and not _compiling():  # (compiled: the op aligns at run time)
-            if w.data_ptr() % _ALIGN:
-                w = w.clone()
-            if b is not None and b.data_ptr() % _ALIGN:
-                b = b.clone()
+        if not _compiling():  # (compiled: the op aligns at run time)
+            w = aligned(w)
+            b = None if b is None else aligned(b)
         return w, b
 
     def _rows(self, x, name):
@@ -333,8 +331,8 @@ class ShortConvolution(nn.Conv1d):
         rows = x if x.is_contiguous() else x.contiguous()
         if B != 1:
             rows = rows.view(B * T, D)
-        if rows.is_cuda and not _compiling() and rows.data_ptr() % _ALIGN:
-            rows = rows.clone()
+        if not _compiling():
+            rows = aligned(rows)
         return rows, B, T
 
     def _handle(self, recompute_handle):
