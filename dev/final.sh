@@ -26,7 +26,7 @@ DEADLINE=${DEADLINE:-540}
 left() { echo $((DEADLINE - (SECONDS - t0))); }
 lib=$PWD/build-device/libcake_cuda.so
 binding() { CAKE_LIBRARY=$lib PYTHONPATH=$PWD/python:${PYTHONPATH:-} "$@"; }
-GPU_TESTS="test_cuda_conv test_activation_cuda test_cuda_cp_mpi"
+GPU_TESTS="test_cuda_conv test_activation_cuda test_bf16_cuda test_cuda_cp_mpi"
 build_device() {  # build_device TARGET...: the build main makes, into build-device
   cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCAKE_WERROR=ON > "$OUT/configure.log" 2>&1 \
     || { tail -30 "$OUT/configure.log"; exit 1; }
@@ -39,7 +39,7 @@ c_gpu_checks() {  # GPU = CPU for every variant, then the C GPU tests (at most 2
   tail -2 "$OUT/check_variants.log"
   echo "== C GPU tests ($((SECONDS - t0)) s)"
   [ "$(left)" -gt 60 ] && timeout $(( $(left) < 200 ? $(left) : 200 )) ctest --test-dir build-device -j 4 \
-    -R "cuda_conv|activation_cuda|cuda_cp_mpi" --output-on-failure > "$OUT/ctest.log" 2>&1
+    -R "cuda_conv|activation_cuda|bf16_cuda|cuda_cp_mpi" --output-on-failure > "$OUT/ctest.log" 2>&1
   grep -E "tests passed|tests failed|\*\*\*Failed|Timeout|Passed|Skipped" "$OUT/ctest.log" | tail -12
 }
 if [ "$PART" = 2 ]; then

@@ -65,6 +65,28 @@ CAKE_ACT_FN float cake_act_sel_(uint32_t m, float x, float y) {
     return cake_act_float_((cake_act_bits_(x) & m) | (cake_act_bits_(y) & ~m));
 }
 
+/* 1 / d, correctly rounded, for d in [1, 2] (E6's only division; d is never outside).
+ * CAKE_ACT_RCP_BRANCHLESS (default 1) on the GPU: the fast path of CUDA's correctly rounded
+ * reciprocal (__frcp_rn: MUFU.RCP, then one fma residual and one fma correction, as its SASS
+ * shows) without the range check around it, which costs a compare, a branch and a call to the
+ * slow path for every element and stops the scheduler from interleaving the elements' sequences.
+ * The check can only fire for zeros, subnormals, huge values and specials, none of which d is,
+ * so the bits are those of 1/d (tests/cuda/test_activation_cuda.cu compares every input with the
+ * CPU). 1 - d*s0 is computed as fma(-d, s0, 1), the negation of __frcp_rn's fma(d, s0, -1):
+ * round-to-nearest is symmetric, so the same value. */
+#ifndef CAKE_ACT_RCP_BRANCHLESS
+#define CAKE_ACT_RCP_BRANCHLESS 1
+#endif
+CAKE_ACT_FN float cake_act_recip_(float d) {
+#if defined(__CUDA_ARCH__) && CAKE_ACT_RCP_BRANCHLESS
+    float s0;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s0) : "f"(d));
+    return __fmaf_rn(s0, __fmaf_rn(-d, s0, 0x1p+0f), s0);
+#else
+    return 0x1p+0f / d;
+#endif
+}
+
 /* E1-E6, what both functions share: E = e^-|a| (|a| clamped to 128) as eh + el, scaled by 2^96
  * when E < 2^-63 so that nothing before the last multiply is subnormal, and the denominator
  * 1 + E as d + err (exactly the sum of 1 and the unscaled eh; 1 alone when scaled), s = 1/d. */
@@ -112,7 +134,7 @@ CAKE_ACT_FN cake_act_core_ cake_act_core_eval_(float a) {
     k.ed = cake_act_float_(cake_act_bits_(k.eh) & ~k.scaled);
     k.d = 0x1p+0f + k.ed;
     k.err = (0x1p+0f - k.d) + k.ed;
-    k.s = 0x1p+0f / k.d;
+    k.s = cake_act_recip_(k.d);
     return k;
 }
 

@@ -2,9 +2,9 @@
  *
  * Invariants (docs/NUMERICS.md): every multiply-add is one __fmaf_rn in the order written there,
  * no other contraction (built with -fmad=false), the bias add and the SiLU sequence of
- * activation.h exactly as on the CPU, bf16 rounding done by hand exactly as the CPU does it, NaN
- * outputs canonical, dw and dbias partials over 256-row blocks in row order, summed by the fixed
- * tree. A thread owns one or a few channel pairs (its lanes) of a run of rows (the forward, dx
+ * activation.h exactly as on the CPU, bf16 rounding with the CPU's bits (by the hardware's
+ * conversion or by hand, pack2), NaN outputs canonical, dw and dbias partials over 256-row
+ * blocks in row order, summed by the fixed tree. A thread owns one or a few channel pairs (its lanes) of a run of rows (the forward, dx
  * alone) or of a 256-row dw block (the backward), and computes each channel independently, so
  * results never depend on the grid shape, the run length or the lanes. Offsets are 64-bit. The
  * variant V (kBias | kSilu) is a template parameter of every kernel. */
@@ -109,7 +109,34 @@ __device__ __forceinline__ float canonical(float f) {
     return (__float_as_uint(f) & 0x7fffffffu) > 0x7f800000u ? __uint_as_float(0x7fc00000u) : f;
 }
 
+/* Two outputs as one bf16 pair (even channel in the low half), with to_bf16's bits. kHw: the
+ * hardware's paired conversion (cvt.rn.bf16x2.f32, sm_80 and later: one F2FP instruction for
+ * both, round to nearest even, subnormals kept), then a NaN's half set to the canonical 0x7fc0;
+ * about 5 instructions a pair instead of about 12. Else to_bf16 on each.
+ * tests/cuda/test_bf16_cuda.cu compares both with a reference on every fp32 input.
+ * H200, side by side (docs/PERFORMANCE.md): the forwards and SiLU's backward gain with it (main
+ * shape: plain forward 452 -> 423-426 us, SiLU forward 1244 -> 1143, backward 1681 -> 1598-1608);
+ * the plain backward lost (717 -> 753-757 us), so its dx keeps the hand rounding
+ * (CAKE_CUDA_HW_BF16_DX=1 gives it the hardware's; CAKE_CUDA_HW_BF16=0 none). */
+#ifndef CAKE_CUDA_HW_BF16
+#define CAKE_CUDA_HW_BF16 1
+#endif
+#ifndef CAKE_CUDA_HW_BF16_DX
+#define CAKE_CUDA_HW_BF16_DX 0
+#endif
+constexpr bool kHwBf16 = CAKE_CUDA_HW_BF16 != 0;
+constexpr bool kHwBf16Dx = kHwBf16 && CAKE_CUDA_HW_BF16_DX != 0;
+template <bool kHw>
 __device__ __forceinline__ uint32_t pack2(float even, float odd) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    if (kHw) {
+        uint32_t p;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(odd), "f"(even)); /* a: high half */
+        if (even != even) p = (p & 0xffff0000u) | 0x7fc0u;
+        if (odd != odd) p = (p & 0x0000ffffu) | 0x7fc00000u;
+        return p;
+    }
+#endif
     return to_bf16(even) | (to_bf16(odd) << 16);
 }
 
@@ -359,7 +386,7 @@ struct ForwardOp {
                 a.x = cake_silu(a.x);
                 a.y = cake_silu(a.y);
             }
-            y.p[l] = pack2(a.x, a.y);
+            y.p[l] = pack2<kHwBf16>(a.x, a.y);
         }
         store_vec<L>(T.y + t * T.channels + c, y);
         x0 = x1;
@@ -425,7 +452,8 @@ struct Partials {
     }
 };
 
-/* dx(t) = sum_j w[3-j] * g(t+j), j = 0..3, in that order. */
+/* dx(t) = sum_j w[3-j] * g(t+j), j = 0..3, in that order; kHw: pack2's. */
+template <bool kHw>
 __device__ __forceinline__ uint32_t dx_pair(const PairWeights &w, float g0e, float g0o, float g1e,
                                             float g1o, float g2e, float g2o, float g3e, float g3o) {
     float e = __fmaf_rn(w.e[3], g0e, 0.0f), o = __fmaf_rn(w.o[3], g0o, 0.0f);
@@ -435,7 +463,7 @@ __device__ __forceinline__ uint32_t dx_pair(const PairWeights &w, float g0e, flo
     o = __fmaf_rn(w.o[1], g2o, o);
     e = __fmaf_rn(w.e[0], g3e, e);
     o = __fmaf_rn(w.o[0], g3o, o);
-    return pack2(e, o);
+    return pack2<kHw>(e, o);
 }
 
 /* The backward of L channel pairs without SiLU (g = dy): dx (kDx) and the block partials
@@ -480,7 +508,7 @@ struct BackwardOp {
             Vec<L> dx;
 #pragma unroll
             for (int l = 0; l < L; l++)
-                dx.p[l] = dx_pair(w.w[l], bf16_lo(g0.p[l]), bf16_hi(g0.p[l]), bf16_lo(g1.p[l]),
+                dx.p[l] = dx_pair<kHwBf16Dx>(w.w[l], bf16_lo(g0.p[l]), bf16_hi(g0.p[l]), bf16_lo(g1.p[l]),
                                   bf16_hi(g1.p[l]), bf16_lo(g2.p[l]), bf16_hi(g2.p[l]),
                                   bf16_lo(g.p[l]), bf16_hi(g.p[l]));
             store_vec<L>(T.dx + t * T.channels + c, dx);
@@ -574,7 +602,7 @@ struct BackwardSiluOp {
                                      xn.p[l], valid);
             const float gte = K ? ge[0][l] : gn.x, gto = K ? go[0][l] : gn.y;
             if (kDx)
-                dx.p[l] = dx_pair(w.w[l], ge[0][l], go[0][l], ge[1][l], go[1][l], ge[2][l],
+                dx.p[l] = dx_pair<kHwBf16>(w.w[l], ge[0][l], go[0][l], ge[1][l], go[1][l], ge[2][l],
                                   go[2][l], gn.x, gn.y);
             if (kDw) p[l].add(gte, gto, xw[0].p[l], xw[1].p[l], xw[2].p[l], K ? xw[3].p[l] : xn.p[l]);
             if (kDx) {
