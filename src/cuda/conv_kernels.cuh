@@ -4,10 +4,11 @@
  * no other contraction (built with -fmad=false), the bias add and the SiLU sequence of
  * activation.h exactly as on the CPU, bf16 rounding with the CPU's bits (by the hardware's
  * conversion or by hand, pack2), NaN outputs canonical, dw and dbias partials over 256-row
- * blocks in row order, summed by the fixed tree. A thread owns one or a few channel pairs (its lanes) of a run of rows (the forward, dx
- * alone) or of a 256-row dw block (the backward), and computes each channel independently, so
- * results never depend on the grid shape, the run length or the lanes. Offsets are 64-bit. The
- * variant V (kBias | kSilu) is a template parameter of every kernel. */
+ * blocks in row order, summed by the fixed tree. A thread owns one or a few channel pairs (its
+ * lanes) of a run of rows (the forward, dx alone) or of a 256-row dw block (the backward), and
+ * computes each channel independently, so results never depend on the grid shape, the run
+ * length or the lanes. Offsets are 64-bit. The variant V (kBias | kSilu) is a template parameter
+ * of every kernel. */
 #ifndef CAKE_CONV_KERNELS_CUH
 #define CAKE_CONV_KERNELS_CUH
 
