@@ -509,9 +509,9 @@ struct BackwardOp {
             Vec<L> dx;
 #pragma unroll
             for (int l = 0; l < L; l++)
-                dx.p[l] = dx_pair<kHwBf16Dx>(w.w[l], bf16_lo(g0.p[l]), bf16_hi(g0.p[l]), bf16_lo(g1.p[l]),
-                                  bf16_hi(g1.p[l]), bf16_lo(g2.p[l]), bf16_hi(g2.p[l]),
-                                  bf16_lo(g.p[l]), bf16_hi(g.p[l]));
+                dx.p[l] = dx_pair<kHwBf16Dx>(w.w[l], bf16_lo(g0.p[l]), bf16_hi(g0.p[l]),
+                                             bf16_lo(g1.p[l]), bf16_hi(g1.p[l]), bf16_lo(g2.p[l]),
+                                             bf16_hi(g2.p[l]), bf16_lo(g.p[l]), bf16_hi(g.p[l]));
             store_vec<L>(T.dx + t * T.channels + c, dx);
         }
         if (kDw) {
@@ -603,8 +603,8 @@ struct BackwardSiluOp {
                                      xn.p[l], valid);
             const float gte = K ? ge[0][l] : gn.x, gto = K ? go[0][l] : gn.y;
             if (kDx)
-                dx.p[l] = dx_pair<kHwBf16>(w.w[l], ge[0][l], go[0][l], ge[1][l], go[1][l], ge[2][l],
-                                  go[2][l], gn.x, gn.y);
+                dx.p[l] = dx_pair<kHwBf16>(w.w[l], ge[0][l], go[0][l], ge[1][l], go[1][l],
+                                           ge[2][l], go[2][l], gn.x, gn.y);
             if (kDw) p[l].add(gte, gto, xw[0].p[l], xw[1].p[l], xw[2].p[l], K ? xw[3].p[l] : xn.p[l]);
             if (kDx) {
                 ge[0][l] = ge[1][l]; go[0][l] = go[1][l];

@@ -2,9 +2,10 @@
  * write), both forms (the hardware's paired conversion and the rounding by hand), on every fp32
  * bit pattern in both halves of the pair: bitwise against a reference written here from
  * docs/NUMERICS.md (round to nearest, ties to even, on the bit pattern; overflow to infinity;
- * subnormals kept; every NaN becomes the canonical 0x7fc0). The pair's odd half holds pattern k * 0x9E3779B1 (a
- * bijection of the 32-bit patterns) when the even half holds k, so each pattern is met in both
- * halves next to varied neighbours. Counting and the first mismatch happen on the GPU.
+ * subnormals kept; every NaN becomes the canonical 0x7fc0). The pair's odd half holds pattern
+ * k * 0x9E3779B1 (a bijection of the 32-bit patterns) when the even half holds k, so each
+ * pattern is met in both halves next to varied neighbours. Counting and the first mismatch
+ * happen on the GPU.
  *
  * Usage: test_bf16_cuda    (exit 0 pass, 1 fail, 77 when there is no usable GPU; about 1 s) */
 #include "conv_kernels.cuh"
@@ -67,7 +68,8 @@ int main(void) {
     CHECK(cudaMalloc(&m, sizeof *m));
     CHECK(cudaMemset(m, 0, sizeof *m));
     const uint64_t all = UINT64_C(1) << 32, chunk = UINT64_C(1) << 30;
-    for (uint64_t begin = 0; begin < all; begin += chunk) check_pairs<<<4096, 256>>>(begin, chunk, m);
+    for (uint64_t begin = 0; begin < all; begin += chunk)
+        check_pairs<<<4096, 256>>>(begin, chunk, m);
     CHECK(cudaGetLastError());
     CHECK(cudaMemcpy(&host, m, sizeof host, cudaMemcpyDeviceToHost));
     CHECK(cudaFree(m));
