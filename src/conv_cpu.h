@@ -7,8 +7,11 @@
 #include <stdint.h>
 
 /* The widest channel strip a span covers (whole rows of common widths: long contiguous reads
- * prefetch well); the backward kernels size their SiLU carry by it. */
+ * prefetch well; strips of 1024 or 2048 channels made the plain backward 20-35 % slower on a
+ * Xeon, docs/PERFORMANCE.md); the backward kernels size their SiLU carry by it. */
+#ifndef CAKE_CPU_STRIP_CHANNELS
 #define CAKE_CPU_STRIP_CHANNELS 4096
+#endif
 
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 typedef struct cake_row_span {
