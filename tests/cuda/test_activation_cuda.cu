@@ -16,6 +16,7 @@
  * CAKE_TEST_HOST_ISA=generic|avx2|avx512 picks the host build. Threads: CAKE_NUM_THREADS, else
  * every online processor. */
 #include "activation.h"
+#include "cuda_test_main.cuh"
 
 #include <cuda_runtime.h>
 
@@ -70,18 +71,6 @@ static int pick_host_loop(void) {
     host_isa = isa;
     return 1;
 }
-
-#define SKIP 77
-
-#define CHECK(call)                                                                               \
-    do {                                                                                          \
-        cudaError_t err_ = (call);                                                                \
-        if (err_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "[cake-test] FAILED: %s: %s (%s:%d)\n", #call,                        \
-                    cudaGetErrorString(err_), __FILE__, __LINE__);                                \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 static const int kChunkLog2 = 28;
 static const uint64_t kChunk = UINT64_C(1) << kChunkLog2;
@@ -238,15 +227,7 @@ static double seconds(void) {
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        printf("[cake-test] no usable CUDA device (cudaGetDeviceCount: %s, %d devices): "
-               "skipping (exit %d)\n",
-               err == cudaSuccess ? "success" : cudaGetErrorString(err), count, SKIP);
-        return SKIP;
-    }
-    CHECK(cudaSetDevice(0));
+    require_gpu_or_skip();
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     const int T = host_threads();

@@ -9,24 +9,13 @@
  *
  * Usage: test_bf16_cuda    (exit 0 pass, 1 fail, 77 when there is no usable GPU; about 1 s) */
 #include "conv_kernels.cuh"
+#include "cuda_test_main.cuh"
 
 #include <cuda_runtime.h>
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define SKIP 77
-
-#define CHECK(call)                                                                               \
-    do {                                                                                          \
-        cudaError_t err_ = (call);                                                                \
-        if (err_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "[cake-test] FAILED: %s: %s (%s:%d)\n", #call,                        \
-                    cudaGetErrorString(err_), __FILE__, __LINE__);                                \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
 
 /* Round to nearest even by cases on the dropped half: above the midpoint up, at it to even. */
 __device__ uint32_t reference_bf16(uint32_t u) {
@@ -56,14 +45,7 @@ __global__ void check_pairs(uint64_t begin, uint64_t n, Mismatches *m) {
 }
 
 int main(void) {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        printf("[cake-test] no usable CUDA device (cudaGetDeviceCount: %s, %d devices): "
-               "skipped (exit %d)\n",
-               err == cudaSuccess ? "success" : cudaGetErrorString(err), count, SKIP);
-        return SKIP;
-    }
+    require_gpu_or_skip();
     Mismatches *m = NULL, host = {0, 0, 0};
     CHECK(cudaMalloc(&m, sizeof *m));
     CHECK(cudaMemset(m, 0, sizeof *m));
