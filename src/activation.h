@@ -7,7 +7,8 @@
  *   cake_silu_grad(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))) (2.62 ulp away from its zero)
  *
  * Only these operations appear: fp32 fma, add, subtract, multiply, one correctly rounded divide
- * per function, compares, selections and integer operations on bit patterns. No libm function
+ * per function (on the GPU computed as CUDA's own correctly rounded reciprocal computes it:
+ * cake_act_recip_), compares, selections and integer operations on bit patterns. No libm function
  * other than fmaf (an exact IEEE operation; a libm call in builds without hardware fma), no rint
  * (rounding to an integer is an fma with 1.5 * 2^23), no double, no table, no branch: the plain
  * loop over an array vectorises. A NaN input is returned unchanged.
