@@ -6,7 +6,10 @@ Bytes counted: forward x read + y written; backward x, dy read + dx written (poo
 bias and the dw workspace are not counted). GB/s is also given as a percentage of the
 device-to-device copy bandwidth measured in the same run (a 16-byte copy kernel, bytes read +
 written). Times are medians of CUDA-graph replays (one launch sequence per replay), so host
-launch overhead is excluded.
+launch overhead is excluded; rows "xN" time N calls back to back in one graph, per call (the
+pace of a training step's queued kernels, without the replay's own start). Floor rows per
+shape: the same timings of one empty kernel and of device-to-device copies of the bytes each
+direction counts (what no kernel of that size beats).
 
 Usage: python3 bench/bench_gpu.py --lib build/libcake_cuda.so [--quick]
 """
@@ -165,8 +168,9 @@ def time_events(fn, replays):
     return statistics.median(times)
 
 
-def time_graph(fn, replays):
-    """Median milliseconds of one replay of a CUDA graph holding fn()."""
+def time_graph(fn, replays, calls=1):
+    """Median milliseconds of one replay of a CUDA graph holding fn(), or `calls` fn() back to
+    back (then per call: the kernels' pace without the replay's own start)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -175,7 +179,8 @@ def time_graph(fn, replays):
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for _ in range(calls):
+            fn()
     times = []
     for _ in range(replays):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -184,7 +189,7 @@ def time_graph(fn, replays):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return statistics.median(times) / calls
 
 
 def copy_bandwidth(nbytes):
@@ -238,6 +243,23 @@ def kernel_copy_bandwidth(nbytes, sms):
     return best
 
 
+def floor_rows(fwd_bytes, bwd_bytes, replays, queued):
+    """What any kernel of a shape pays in this timing: a graph replay of one empty kernel, and
+    device-to-device copies of the direction's bytes (half read, half written); alone in a
+    replay and, "xN", N back to back."""
+    rows = []
+    for calls, tag in ((1, ""), (queued, f" x{queued}")):
+        rows.append((f"floor: empty kernel{tag}", "fwd",
+                     time_graph(lambda: torch.cuda._sleep(0), replays, calls), 0))
+        for d, nbytes in (("fwd", fwd_bytes), ("bwd", bwd_bytes)):
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            rows.append((f"floor: copy same bytes{tag}", d,
+                         time_graph(lambda: dst.copy_(src), replays, calls), nbytes))
+            del src, dst
+    return rows
+
+
 def torch_conv(p):
     """Depthwise causal conv1d over the whole packed batch (ignores sequence boundaries, so it
     does less than cake), with the problem's bias and SiLU, on [1, C, S] inputs prepared
@@ -273,6 +295,8 @@ def main():
                     help="comma list of " + ", ".join(VARIANTS))
     ap.add_argument("--coop", default="off,on,auto", help="launch forms to time")
     ap.add_argument("--no-torch", action="store_true", help="cake only")
+    ap.add_argument("--queued", type=int, default=10,
+                    help="also time this many calls back to back in one graph (per call)")
     ap.add_argument("--json", help="write the rows here as JSON")
     ap.add_argument("--once", action="store_true",
                     help="one forward and one backward per shape and variant, no timing (ncu)")
@@ -305,9 +329,14 @@ def main():
                 torch.cuda.synchronize()
                 continue
             rows = []
+            if variant == args.variants.split(",")[0]:
+                rows += floor_rows(fwd_bytes, bwd_bytes, replays, args.queued)
             for coop in args.coop.split(","):
-                rows.append((f"cake coop={coop}", "fwd", time_graph(lambda: p.forward(coop), replays), fwd_bytes))
-                rows.append((f"cake coop={coop}", "bwd", time_graph(lambda: p.backward(coop), replays), bwd_bytes))
+                for calls, tag in ((1, ""), (args.queued, f" x{args.queued}")):
+                    rows.append((f"cake coop={coop}{tag}", "fwd",
+                                 time_graph(lambda: p.forward(coop), replays, calls), fwd_bytes))
+                    rows.append((f"cake coop={coop}{tag}", "bwd",
+                                 time_graph(lambda: p.backward(coop), replays, calls), bwd_bytes))
             if not args.no_torch:
                 tf, tb = torch_conv(p)
                 with torch.no_grad():
@@ -327,9 +356,9 @@ def main():
             torch.cuda.empty_cache()
     if args.once:
         return
-    print(f"{'shape':8} {'variant':9} {'impl':23} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
+    print(f"{'shape':8} {'variant':9} {'impl':28} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
     for r in table:
-        print(f"{r['shape']:8} {r['variant']:9} {r['impl']:23} {r['dir']:4} {r['us']:9.1f} "
+        print(f"{r['shape']:8} {r['variant']:9} {r['impl']:28} {r['dir']:4} {r['us']:9.1f} "
               f"{r['GBps']:8.0f} {r['pct_copy']:5.1f}%")
     print(f"device-to-device copy again at the end: {copy_bandwidth(2 << 30) / 1e9:.0f} GB/s")
     print("* timed with events around each call (launch overhead included): autograd could not "

@@ -6,6 +6,7 @@
 # everything but FLA; PART=2 builds the library alone (or finds it built) for FLA's comparisons
 # (FLA's first calls autotune for minutes) and the public API benchmark. PART=3 checks a kernel
 # candidate: the build, GPU = CPU, the C GPU tests, then dev/variants.sh on VARIANTS (a file).
+# PART=4 runs the binding's tests alone on the GPU (its own and FLA's), no benchmark.
 set -uo pipefail
 PART=${PART:-1}
 cd "$(dirname "$0")/.."
@@ -54,6 +55,17 @@ if [ "$PART" = 2 ]; then
   grep -E "^====|^ +[0-9.]+  " "$OUT/profile_api_host.log" | head -40
   echo "== public API benchmark ($((SECONDS - t0)) s)"
   binding timeout $(left) python3 bench/bench_api.py > "$OUT/bench_api.log" 2>&1; tail -40 "$OUT/bench_api.log"
+  echo "== end ($((SECONDS - t0)) s)"
+  exit 0
+fi
+if [ "$PART" = 4 ]; then
+  build_device cake_cuda_shared
+  echo "== binding's GPU tests, FLA's comparisons ($((SECONDS - t0)) s)"
+  binding timeout $(left) python3 -m pytest -p no:cacheprovider -q -rs \
+    python/tests/test_cuda.py python/tests/test_cuda_graph.py python/tests/test_compile.py \
+    python/tests/test_bad_input.py python/tests/test_fla_cuda.py python/tests/test_cuda_bias_silu.py \
+    python/tests/test_bias_silu.py python/tests/test_short_convolution.py > "$OUT/pytest-gpu.log" 2>&1
+  tail -8 "$OUT/pytest-gpu.log"
   echo "== end ($((SECONDS - t0)) s)"
   exit 0
 fi

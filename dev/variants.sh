@@ -30,6 +30,6 @@ while IFS=: read -r name flags; do
   echo "== $name: $flags"
   timeout 120 python3 bench/bench_gpu.py --lib "$lib" --quick --coop off --no-torch \
     --shapes ${SHAPES:-main,S=8192,small} --variants ${KINDS:-plain,bias+silu} \
-    --json "$OUT/$name.json" 2>&1 | grep -E "^(main|S=8192|small) " | grep "cake"
+    --json "$OUT/$name.json" 2>&1 | grep -E "^(main|S=8192|small) " | grep -E "cake|floor"
 done < "$file"
 echo "== end $((SECONDS - t0)) s"

@@ -6,6 +6,7 @@
  * separated by grid-wide barriers. Both run the same per-item code, so the bits agree. */
 #include "cake_cuda.h"
 
+#include "backward_tile.cuh"
 #include "conv_kernels.cuh"
 #include "cuda_common.h"
 
@@ -123,6 +124,20 @@ __global__ void __launch_bounds__(kThreads, kSplit ? split_min_blocks(V) : kBack
     backward_items<kSplit, V>(a);
 }
 
+/* The backward of a small call, one tile per CUDA block (backward_tile.cuh). */
+template <int V>
+__global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
+    backward_tile_kernel(const __grid_constant__ ConvArgs a) {
+    extern __shared__ __align__(16) unsigned char tile_shared[];
+    int64_t local = blockIdx.x;
+    int i = 0;
+    while (i + 1 < a.num_tensors && local >= tiles_of(a, a.t[i])) local -= tiles_of(a, a.t[i++]);
+    const TensorArgs &T = a.t[i];
+    const int64_t groups = (T.channels + kTileChannels - 1) / kTileChannels;
+    backward_tile<V>(a, T, local / groups, kTileChannels * (local % groups),
+                     *reinterpret_cast<TileShared *>(tile_shared));
+}
+
 template <int V>
 __global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ ConvArgs a,
                                                         const TreePass pass) {
@@ -143,14 +158,14 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
 
 /* The kernels of one variant, as host pointers (the supported set at a glance). */
 struct Kernels {
-    const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree;
+    const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree, *backward_tile;
 };
 
 template <int V>
 constexpr Kernels kernels_of() {
     return {(const void *)forward_kernel<V>, (const void *)backward_kernel<false, V>,
             (const void *)backward_kernel<true, V>, (const void *)backward_cooperative_kernel<V>,
-            (const void *)tree_kernel<V>};
+            (const void *)tree_kernel<V>, (const void *)backward_tile_kernel<V>};
 }
 
 const Kernels kKernels[kVariants] = {kernels_of<0>(), kernels_of<kBias>(), kernels_of<kSilu>(),
@@ -162,9 +177,9 @@ int variant_of(const cake_conv_params *p) {
 
 /* An ordinary launch of `kernel` with `args` (pointers to its parameters). */
 cake_status launch(const void *kernel, int64_t blocks, void **args, cudaStream_t stream,
-                   const char *what) {
-    const cudaError_t err = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(kThreads), args,
-                                             0, stream);
+                   const char *what, int threads = kThreads, size_t shared = 0) {
+    const cudaError_t err = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(threads), args,
+                                             shared, stream);
     if (err != cudaSuccess) return cake_fail(CAKE_ERROR_CUDA, "%s launch: %s", what, cudaGetErrorString(err));
     return CAKE_SUCCESS;
 }
@@ -315,6 +330,11 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
         CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                             &bwd, kKernels[v].backward_cooperative, kThreads, 0),
                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        /* The tiles' shared memory is above the 48 KB a launch gets without asking. */
+        CAKE_CUDA_CHECK(cudaFuncSetAttribute(kKernels[v].backward_tile,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)kTileSharedBytes),
+                        "cudaFuncSetAttribute(backward tile kernel)");
         f->forward_blocks_per_sm[v] = fwd;
         f->cooperative_backward_blocks_per_sm[v] = bwd;
     }
@@ -515,11 +535,22 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             continue;
         }
         int64_t blocks;
-        status = launch_ordinary_grid(a.total_work + a.dx_work, &blocks);
-        void *launch_args[] = {&a};
-        if (status == CAKE_SUCCESS)
-            status = launch(a.split ? kernels.backward_split : kernels.backward_fused, blocks,
-                            launch_args, stream, "backward kernel");
+        if (CAKE_CUDA_TILE_BACKWARD == 2 || (CAKE_CUDA_TILE_BACKWARD == 1 && a.split)) {
+            int64_t tiles = 0;
+            for (int i = 0; i < count; i++) tiles += tiles_of(a, a.t[i]);
+            void *tile_args[] = {&a};
+            status = tiles > 0x7fffffff
+                         ? cake_fail(CAKE_ERROR_UNSUPPORTED,
+                                     "launch: %lld backward tiles exceed the grid limit", (long long)tiles)
+                         : launch(kernels.backward_tile, tiles, tile_args, stream,
+                                  "backward tile kernel", kTileThreads, kTileSharedBytes);
+        } else {
+            status = launch_ordinary_grid(a.total_work + a.dx_work, &blocks);
+            void *launch_args[] = {&a};
+            if (status == CAKE_SUCCESS)
+                status = launch(a.split ? kernels.backward_split : kernels.backward_fused, blocks,
+                                launch_args, stream, "backward kernel");
+        }
         for (int pass = 0; pass < tree.num_passes && status == CAKE_SUCCESS; pass++) {
             int64_t items = 0;
             const int64_t groups = (tree.pass[pass].n_in + kTreeWidth - 1) / kTreeWidth;

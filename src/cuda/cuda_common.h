@@ -22,7 +22,8 @@ extern "C" {
 
 /* What the launches need to know about the device, read once when a plan is made (querying it
  * costs microseconds a call): multiprocessors, threads per multiprocessor, and the blocks of the
- * grid-wide kernels each multiprocessor keeps resident, per variant. */
+ * grid-wide kernels each multiprocessor keeps resident, per variant. The query also lets the
+ * backward tile kernels use their shared memory (a function attribute of the device). */
 #define CAKE_CUDA_VARIANTS 4
 typedef struct cake_cuda_launch_facts {
     int64_t sms, threads_per_sm;
