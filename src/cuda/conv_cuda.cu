@@ -1,9 +1,11 @@
 /* GPU forward and backward: argument checks, launch forms, and the kernels' launchers.
  *
  * Ordinary form: the forward is one launch; the backward is one launch for dx and the 256-row
- * block partials, then one launch per level of the dw tree (one level folds 32 roots, so two
- * launches up to 8192 blocks). Cooperative form: one kernel per direction, the tree levels
- * separated by grid-wide barriers. Both run the same per-item code, so the bits agree. */
+ * block partials (the fused walk, or for calls with too few dw blocks to fill the GPU the tiles
+ * of backward_tile.cuh), then one launch per level of the dw tree (one level folds 32 roots, so
+ * two launches up to 8192 blocks). Cooperative form: one kernel per direction (the split walk),
+ * the tree levels separated by grid-wide barriers. Every form computes the same operations in
+ * the same order, so the bits agree. */
 #include "cake_cuda.h"
 
 #include "backward_tile.cuh"
@@ -106,7 +108,8 @@ __global__ void __launch_bounds__(kThreads, (V & kSilu) ? CAKE_CUDA_FORWARD_SILU
     forward_items<V>(a);
 }
 
-/* The split form serves small calls, with few dw chains: their latency, not occupancy, bounds
+/* The split walk serves small cooperative calls (ordinary ones run the tiles unless
+ * CAKE_CUDA_TILE_BACKWARD=0), with few dw chains: their latency, not occupancy, bounds
  * it, so it may trade blocks for a deeper load ring (CAKE_CUDA_DW_STAGES). With SiLU its walks
  * spill at two blocks' 128 registers (about 180 bytes a thread) and fit in 150 at one. */
 #ifndef CAKE_CUDA_SPLIT_MIN_BLOCKS
@@ -277,7 +280,8 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     int64_t columns = 0;
     for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
     a.rows_per_item = rows_per_item(plan, a.rows, columns);
-    /* Too few dw blocks to fill the GPU: walk dx apart, in short runs, next to the dw chains. */
+    /* Too few dw blocks to fill the GPU: the tiles (ordinary launches), or the split walk
+     * (cooperative: dx apart, in short runs, next to the dw chains). */
     a.split = backward && (force_split || a.num_blocks * columns < resident_threads(plan) / 8);
     int64_t work = 0, dx_work = 0;
     for (int k = 0; k < count; k++) {
