@@ -20,7 +20,7 @@ typedef struct config {
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--rows S] [--channels C] [--tensors N] [--mean-length L]\n"
-            "          [--threads 1,2] [--repeats R] [--isa auto|generic|avx2|avx512]\n"
+            "          [--threads 1,2] [--repeats R] [--isa auto|generic|avx2|avx512|avx512bf16]\n"
             "          [--variant plain|bias|silu|bias+silu]\n",
             argv0);
 }

@@ -200,6 +200,7 @@ typedef enum cake_cpu_isa {
     CAKE_CPU_ISA_GENERIC = 1, /* portable C (fmaf from libm) */
     CAKE_CPU_ISA_AVX2 = 2,    /* AVX2 + FMA */
     CAKE_CPU_ISA_AVX512 = 3,  /* AVX-512F + BW */
+    CAKE_CPU_ISA_AVX512_BF16 = 4, /* AVX-512 + the processor's bf16 conversion (AVX512_BF16) */
     CAKE_CPU_ISA_COUNT
 } cake_cpu_isa;
 

@@ -29,6 +29,12 @@ int cake_cpu_isa_supported(cake_cpu_isa isa) {
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+#if defined(CAKE_HAVE_AVX512BF16_KERNELS)
+    case CAKE_CPU_ISA_AVX512_BF16:
+        return cake_cpu_isa_supported(CAKE_CPU_ISA_AVX512) &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512bf16");
+#endif
     default: return 0;
     }
 }
@@ -39,13 +45,15 @@ const char *cake_cpu_isa_name(cake_cpu_isa isa) {
     case CAKE_CPU_ISA_GENERIC: return "generic";
     case CAKE_CPU_ISA_AVX2: return "avx2";
     case CAKE_CPU_ISA_AVX512: return "avx512";
+    case CAKE_CPU_ISA_AVX512_BF16: return "avx512bf16";
     default: return "unknown";
     }
 }
 
 cake_cpu_isa cake_cpu_isa_resolve(cake_cpu_isa isa) {
     if (isa != CAKE_CPU_ISA_AUTO) return isa;
-    return cake_cpu_isa_supported(CAKE_CPU_ISA_AVX512) ? CAKE_CPU_ISA_AVX512
+    return cake_cpu_isa_supported(CAKE_CPU_ISA_AVX512_BF16) ? CAKE_CPU_ISA_AVX512_BF16
+           : cake_cpu_isa_supported(CAKE_CPU_ISA_AVX512) ? CAKE_CPU_ISA_AVX512
            : cake_cpu_isa_supported(CAKE_CPU_ISA_AVX2) ? CAKE_CPU_ISA_AVX2
                                                        : CAKE_CPU_ISA_GENERIC;
 }
@@ -53,6 +61,9 @@ cake_cpu_isa cake_cpu_isa_resolve(cake_cpu_isa isa) {
 static const cake_cpu_kernels *kernels_for(cake_cpu_isa isa) {
 #if defined(CAKE_HAVE_X86_KERNELS)
     isa = cake_cpu_isa_resolve(isa);
+#if defined(CAKE_HAVE_AVX512BF16_KERNELS)
+    if (isa == CAKE_CPU_ISA_AVX512_BF16) return &cake_cpu_kernels_avx512bf16;
+#endif
     if (isa == CAKE_CPU_ISA_AVX512) return &cake_cpu_kernels_avx512;
     if (isa == CAKE_CPU_ISA_AVX2) return &cake_cpu_kernels_avx2;
 #endif

@@ -54,5 +54,8 @@ extern const cake_cpu_kernels cake_cpu_kernels_generic;
 extern const cake_cpu_kernels cake_cpu_kernels_avx2;
 extern const cake_cpu_kernels cake_cpu_kernels_avx512;
 #endif
+#if defined(CAKE_HAVE_AVX512BF16_KERNELS)
+extern const cake_cpu_kernels cake_cpu_kernels_avx512bf16;
+#endif
 
 #endif
