@@ -42,9 +42,10 @@ extern "C" {
 #endif
 
 /* 1.0: every tensor entry point takes a cake_conv_params (bias, activation), so later options
- * extend that struct instead of the signatures. */
+ * extend that struct instead of the signatures. 1.1: CAKE_CPU_ISA_AVX512_BF16 (an added
+ * value; programs built against 1.0 run unchanged). */
 #define CAKE_VERSION_MAJOR 1
-#define CAKE_VERSION_MINOR 0
+#define CAKE_VERSION_MINOR 1
 #define CAKE_VERSION_PATCH 0
 
 /* Kernel width W, and the rows each side of a fragment that a halo carries (W - 1). */

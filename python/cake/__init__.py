@@ -31,4 +31,4 @@ from .short_convolution import (ShortConvolution, set_conv_context,  # noqa: E40
 __all__ = ["cake_causal_conv1d_det_kcp", "cake_causal_conv1d_det_multi_kcp", "ContextDetKcp",
            "RecomputeHandleDetKcp", "CakeError", "ShortConvolution", "short_convolution_multi",
            "set_conv_context"]
-__version__ = "1.0.0"
+__version__ = "1.1.0"
