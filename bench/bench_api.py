@@ -393,7 +393,8 @@ def main(argv=None):
                     choices=["cuda", "cpu"])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (and, on the "
                     "CPU, tiny shapes): a smoke test")
-    ap.add_argument("--shapes", help="comma list of shape names to run (default: all)")
+    ap.add_argument("--shapes", help="shape names to run, separated by ';' (the names hold "
+                    "commas), default: all")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     ap.add_argument("--host-only", action="store_true", help="only the host time per call")
     ap.add_argument("--json", help="write the results here (default: $OUT/bench_api.json)")
@@ -404,7 +405,7 @@ def main(argv=None):
     reps = (5 if args.quick else 50) if device == "cuda" else (3 if args.quick else 10)
     shapes = QUICK_CPU_SHAPES if device == "cpu" and args.quick else SHAPES
     if args.shapes:
-        shapes = [s for s in shapes if s[0] in args.shapes.split(",")]
+        shapes = [s for s in shapes if s[0] in args.shapes.split(";")]
     host_shape = QUICK_CPU_SHAPES[-1] if device == "cpu" and args.quick else HOST_SHAPE
 
     info = {"device": torch.cuda.get_device_name() if device == "cuda" else platform.processor()
