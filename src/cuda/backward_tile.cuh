@@ -186,7 +186,8 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
                                            tile_x_pair(T, s, f0, i, 2, q, t, cq),
                                            tile_x_pair(T, s, f0, i, 3, q, t, cq));
             float2 &g = *reinterpret_cast<float2 *>(&s.g[i][2 * q]);
-            g = make_float2(__fmul_rn(g.x, cake_silu_grad(av.x)), __fmul_rn(g.y, cake_silu_grad(av.y)));
+            g = make_float2(__fmul_rn(g.x, cake_silu_grad(av.x)),
+                            __fmul_rn(g.y, cake_silu_grad(av.y)));
         }
         __syncthreads();
     }
@@ -200,7 +201,8 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
                     g[j] = *reinterpret_cast<const float2 *>(&s.g[i + j][2 * q]);
                 } else { /* past the fragment's end: its future rows */
                     const int64_t end = t0 + s.end[i];
-                    g[j] = tile_future_g<V>(a, T, w, f0 + s.f[i], t0 + i, s.off[i], end, j - lim, cq);
+                    g[j] = tile_future_g<V>(a, T, w, f0 + s.f[i], t0 + i, s.off[i], end,
+                                            j - lim, cq);
                 }
             }
             *reinterpret_cast<uint32_t *>(T.dx + (t0 + i) * C + cq) =

@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
 
 /* The kernels of one variant, as host pointers (the supported set at a glance). */
 struct Kernels {
-    const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree, *backward_tile;
+    const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree,
+        *backward_tile;
 };
 
 template <int V>
