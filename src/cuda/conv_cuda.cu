@@ -255,10 +255,25 @@ int64_t resident_threads(const cake_cuda_plan *plan) {
     return f->sms * f->threads_per_sm;
 }
 
-/* Rows per item of the row-run walks: long runs stream best, but small calls need more items
- * to fill the GPU. `columns`: threads across one row of every tensor. Never changes bits. */
-int64_t rows_per_item(const cake_cuda_plan *plan, int64_t rows, int64_t columns) {
-    const int64_t want = 2 * resident_threads(plan);
+/* Forward items a call must at least have, as a percentage of the threads the forward kernel
+ * keeps resident (its occupancy): the largest item that still gives about every resident
+ * thread one. A small call then runs in one wave of longer items, each thread's steps in flight
+ * together, instead of waves of short ones, each waiting for its own lookups and loads (H200,
+ * 1 x [2048, 2048]: 7.8-8.0 us queued against 9.2; docs/PERFORMANCE.md). 0: the earlier rule,
+ * twice the device's maximum resident threads (a measurement variant). */
+#ifndef CAKE_CUDA_FORWARD_FILL
+#define CAKE_CUDA_FORWARD_FILL 90
+#endif
+int64_t forward_items_wanted(const cake_cuda_plan *plan, int V) {
+    const cake_cuda_launch_facts *f = cake_cuda_plan_launch_facts(plan);
+    if (CAKE_CUDA_FORWARD_FILL == 0) return 2 * resident_threads(plan);
+    return f->sms * f->forward_blocks_per_sm[V] * kThreads * CAKE_CUDA_FORWARD_FILL / 100;
+}
+
+/* Rows per item of the row-run walks: long runs stream best, but small calls need `want`
+ * items to fill the GPU. `columns`: threads across one row of every tensor. Never changes
+ * bits. */
+int64_t rows_per_item(int64_t rows, int64_t columns, int64_t want) {
     int64_t r = kForwardRows;
     while (r > kStepRows && (rows + r - 1) / r * columns < want) r /= 2;
     return r;
@@ -280,7 +295,9 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     const int column = backward ? kBackwardColumn : forward_column(V);
     int64_t columns = 0;
     for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
-    a.rows_per_item = rows_per_item(plan, a.rows, columns);
+    /* (the backward's dx items, split cooperative calls only, keep the earlier rule) */
+    a.rows_per_item = rows_per_item(a.rows, columns, backward ? 2 * resident_threads(plan)
+                                                              : forward_items_wanted(plan, V));
     /* Too few dw blocks to fill the GPU: the tiles (ordinary launches), or the split walk
      * (cooperative: dx apart, in short runs, next to the dw chains). */
     a.split = backward && (force_split || a.num_blocks * columns < resident_threads(plan) / 8);

@@ -192,6 +192,13 @@ void test_channel_counts(void **state) {
     const int64_t tiles[] = {56, 64, 72, 120, 128, 136, 192, 200};
     bad += check_fixed(&r, "C around multiples of 64", cu, 6, 8, tiles, TU_RANGES, 2, 50, NULL,
                        NULL, 1);
+    /* calls large enough for forward items longer than 8 rows (16 and 64 on an H200), with
+     * sequence bounds inside the items */
+    const int64_t cu_items[] = {0, 5, 700, 701, 1500, 2050}, c_items[] = {2056}, c_long[] = {8200};
+    bad += check_fixed(&r, "forward items of 16 rows", cu_items, 5, 1, c_items, TU_CONTIGUOUS, 1,
+                       0, NULL, NULL, 0);
+    bad += check_fixed(&r, "forward items of 64 rows", cu_items, 5, 1, c_long, TU_CONTIGUOUS, 1, 0,
+                       NULL, NULL, 0);
     /* C = 8 everywhere over random batches */
     for (int trial = 0; trial < 6; trial++) {
         int64_t *cu_r, C[3] = {8, 8, 8};
@@ -212,14 +219,15 @@ void test_channel_counts(void **state) {
 }
 
 /* Row counts and sequence bounds at and around multiples of 8 (forward items) and 256 (dw
- * blocks), fragments crossing block boundaries. */
+ * blocks), fragments crossing block boundaries; 1792-2304 rows (7 to 9 dw blocks). */
 void test_block_boundaries(void **state) {
     (void)state;
     tu_rng r;
     tu_rng_init(&r, CT_STREAM_EDGE + 400);
     int bad = 0;
     const int64_t C2[] = {16, 8};
-    static const int64_t lengths[] = {7, 8, 9, 255, 256, 257, 263, 511, 512, 513, 1000};
+    static const int64_t lengths[] = {7,   8,   9,    255,  256,  257,  263,
+                                      511, 512, 513, 1000, 1792, 2048, 2049, 2304};
     for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
         const int64_t cu[] = {0, lengths[k]};
         char label[64];
