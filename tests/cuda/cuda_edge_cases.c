@@ -219,7 +219,9 @@ void test_channel_counts(void **state) {
 }
 
 /* Row counts and sequence bounds at and around multiples of 8 (forward items) and 256 (dw
- * blocks), fragments crossing block boundaries; 1792-2304 rows (7 to 9 dw blocks). */
+ * blocks), fragments crossing block boundaries; 1792-2304 rows (7 to 9 dw blocks); dw trees of
+ * two passes, the second folding 2 to 8 roots (34 to 226 dw blocks, full and partial last
+ * groups of 32). */
 void test_block_boundaries(void **state) {
     (void)state;
     tu_rng r;
@@ -227,7 +229,8 @@ void test_block_boundaries(void **state) {
     int bad = 0;
     const int64_t C2[] = {16, 8};
     static const int64_t lengths[] = {7,   8,   9,    255,  256,  257,  263,
-                                      511, 512, 513, 1000, 1792, 2048, 2049, 2304};
+                                      511, 512, 513, 1000, 1792, 2048, 2049, 2304,
+                                      8451, 25600, 41211, 57244, 57601};
     for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
         const int64_t cu[] = {0, lengths[k]};
         char label[64];
