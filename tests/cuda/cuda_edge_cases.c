@@ -228,9 +228,9 @@ void test_block_boundaries(void **state) {
     tu_rng_init(&r, CT_STREAM_EDGE + 400);
     int bad = 0;
     const int64_t C2[] = {16, 8};
-    static const int64_t lengths[] = {7,   8,   9,    255,  256,  257,  263,
-                                      511, 512, 513, 1000, 1792, 2048, 2049, 2304,
-                                      8451, 25600, 41211, 57244, 57601};
+    static const int64_t lengths[] = {7,    8,    9,    255,  256,  257,   263,
+                                      511,  512,  513,  1000, 1792, 2048,  2049,
+                                      2304, 8451, 25600, 41211, 57244, 57601};
     for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++) {
         const int64_t cu[] = {0, lengths[k]};
         char label[64];
