@@ -5,6 +5,8 @@
  *
  *   cake_silu(a)      = a * sigmoid(a)                          (docs/NUMERICS.md: <= 2 ulp; 1.02 measured)
  *   cake_silu_grad(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))) (2.62 ulp away from its zero)
+ *   cake_silu_for_bf16(a): a value with bf16 rounding bf16(cake_silu(a)), usually by a shorter
+ *                      sequence (section 9.8; what the GPU forward uses, since y is bf16)
  *
  * Only these operations appear: fp32 fma, add, subtract, multiply, one correctly rounded divide
  * per function (on the GPU computed as CUDA's own correctly rounded reciprocal computes it:
@@ -177,6 +179,54 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
     float g = fmaf(t2, s2, q);
     g = g * cake_act_float_(0x3f800000u - (k.neg & k.scaled & 0x30000000u)); /* G5: 2^-96 or 1 */
     return cake_act_sel_(0u - (uint32_t)(a != a), a, g);                  /* G6: NaN: a itself */
+}
+
+/* ---- silu for a bf16 output: the quick sequence Q1-Q5 (docs/NUMERICS.md 9.8) ----------------
+ * Where only bf16(silu(a)) is kept (the forward's y), a shorter fp32 sequence usually decides the
+ * same bf16: q below is within CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a) for every
+ * |a| <= 64 (5 measured over every such input), so when q's low 16 bits are farther than that
+ * from the bf16 rounding midpoint 0x8000, q and cake_silu(a) round to the same bf16. Elsewhere
+ * (about 2.6 in 10^4 of those inputs, and |a| > 64, infinities, NaN) the full sequence runs. The
+ * bits that come out are always those of bf16(cake_silu(a)): tests/test_activation.c and
+ * tests/cuda/test_activation_cuda.cu check every fp32 input. Same operations as above (no exp,
+ * no fast intrinsic), so the decision is the same on every build. Unlike the two functions above
+ * it branches, so a plain loop of it does not vectorise; the CPU paths call cake_silu. */
+#define CAKE_SILU_QUICK_DISTANCE 8u
+
+/* q (Q1-Q4), and through *ok whether bf16(q) = bf16(cake_silu(a)) is guaranteed (Q5). */
+CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
+    const uint32_t u = cake_act_bits_(a), mag = u & 0x7fffffffu;
+    const float t = cake_act_float_(mag);
+    const uint32_t neg = 0u - (u >> 31);
+    /* Q1: n = rint(-t log2(e)) as E2; r = -t - n ln2 with one constant (|n| <= 93) */
+    const float j = fmaf(-t, 0x1.715476p+0f, 0x1.8p+23f);
+    const float n = j - 0x1.8p+23f;
+    const float r = fmaf(n, -0x1.62e430p-1f, -t);
+    /* Q2: e^r by a degree-5 minimax polynomial (2^-23.1 relative), E = e^r 2^n */
+    float p = fmaf(0x1.107536p-7f, r, 0x1.572a6cp-5f);
+    p = fmaf(p, r, 0x1.55578cp-3f);
+    p = fmaf(p, r, 0x1.fffdfcp-2f);
+    p = fmaf(p, r, 0x1p+0f);
+    p = fmaf(p, r, 0x1p+0f);
+    const float e = p * cake_act_float_((cake_act_bits_(j) << 23) + 0x3f800000u);
+    /* Q3: s = 1 / (1 + E), correctly rounded as E6 */
+    const float s = cake_act_recip_(0x1p+0f + e);
+    /* Q4: q = a E' s, E' = E for negative a, else 1 */
+    const float q = (a * cake_act_sel_(neg, e, 0x1p+0f)) * s;
+    /* Q5: |a| <= 64 and q's low half more than the distance away from the midpoint */
+    const uint32_t low = cake_act_bits_(q) & 0xffffu;
+    *ok = (uint32_t)(mag <= 0x42800000u) &
+          (uint32_t)(low - (0x8000u - CAKE_SILU_QUICK_DISTANCE) > 2u * CAKE_SILU_QUICK_DISTANCE);
+    return q;
+}
+
+/* A value whose bf16 rounding is bf16(cake_silu(a)): q where Q5 allows, else cake_silu(a). The
+ * full sequence is behind a branch, so the SIMT GPU runs it only for warps that need it. */
+CAKE_ACT_FN float cake_silu_for_bf16(float a) {
+    uint32_t ok;
+    const float q = cake_silu_quick_(a, &ok);
+    if (ok) return q;
+    return cake_silu(a);
 }
 
 #endif

@@ -5,12 +5,14 @@
 
 #include <stdint.h>
 
-void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, int64_t n);
+void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, float *quick, int64_t n);
 
 void cake_test_silu_loop_avx2(const float *restrict in, float *restrict silu,
-                              float *restrict grad, int64_t n) {
+                              float *restrict grad, float *restrict quick, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         silu[i] = cake_silu(in[i]);
     for (int64_t i = 0; i < n; i++)
         grad[i] = cake_silu_grad(in[i]);
+    for (int64_t i = 0; i < n; i++)
+        quick[i] = cake_silu_for_bf16(in[i]);
 }

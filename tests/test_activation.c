@@ -10,12 +10,17 @@
  *    of tests/reference_activation.c. A NaN input must come back unchanged, so every comparison
  *    is of bits, NaN included;
  *  - the special values of docs/NUMERICS.md section 9.5, on every path and on the functions
- *    compiled in this file.
+ *    compiled in this file;
+ *  - the forward's quick sequence (docs/NUMERICS.md 9.8): bf16(cake_silu_for_bf16(a)) =
+ *    bf16(cake_silu(a)) on every input swept, and for |a| <= 64 the quick q within
+ *    CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a), the bound its guard relies on (the
+ *    max distance and how often the full sequence runs are printed). On the GPU the same for
+ *    every input, always (tests/cuda/test_activation_cuda.cu).
  *
  * Default (CI, seconds): every 331st bit pattern; every pattern of the hard regions (the
  * subnormal results of a in [-110, -85], the zero of silu' in [-1.3, -1.25], the scaling
  * threshold in [-45, -43], the clamp at +-128, the neighbourhoods of +-FLT_MAX, |a| in
- * [2^-21, 2^-20), some NaNs); samples of the subnormal and the other |a| < 2^-20; 2^20 random
+ * [2^-21, 2^-20), |a| near 64, some NaNs); samples of the subnormal and the other |a| < 2^-20; 2^20 random
  * patterns (CAKE_TEST_SEED). CAKE_EXHAUSTIVE=1: all 2^32 patterns (72 s on 16 cores; on 2 cores
  * about 20 minutes, subnormal arithmetic being slow on x86).
  * Threads: CAKE_NUM_THREADS, else every online processor. Exit 0 pass, 1 fail. */
@@ -38,13 +43,14 @@
 #include "activation.h"
 #include "reference_activation.h"
 
-void cake_test_silu_loop_generic(const float *in, float *silu, float *grad, int64_t n);
+void cake_test_silu_loop_generic(const float *in, float *silu, float *grad, float *quick, int64_t n);
 #if defined(CAKE_TEST_HAVE_X86)
-void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, int64_t n);
-void cake_test_silu_loop_avx512(const float *in, float *silu, float *grad, int64_t n);
+void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, float *quick, int64_t n);
+void cake_test_silu_loop_avx512(const float *in, float *silu, float *grad, float *quick, int64_t n);
 #endif
 
-typedef void (*silu_loop)(const float *, float *, float *, int64_t);
+/* silu, silu' and cake_silu_for_bf16 of n inputs */
+typedef void (*silu_loop)(const float *, float *, float *, float *, int64_t);
 
 /* ---- bits, oracle, ulp ------------------------------------------------------------------- */
 
@@ -96,6 +102,15 @@ static double ulp_error(float y, double exact) {
     return fabs((double)y - exact) / ulp_at(exact);
 }
 
+/* bf16 of f, round to nearest even, every NaN one pattern: only equality of two roundings is
+ * asked, so the NaN pattern does not matter. */
+static uint16_t bf16_of(float f) {
+    const uint32_t u = bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 /* silu' changes sign at a ~ -1.2785: inside this window its error is measured absolutely. */
 #define GRAD_WINDOW_LO (-1.5f)
 #define GRAD_WINDOW_HI (-1.1f)
@@ -122,6 +137,14 @@ typedef struct sweep_stats {
     uint32_t not_finite_arg;
     uint64_t nan_changed;     /* NaN a not returned unchanged */
     uint32_t nan_changed_arg;
+    double quick_distance;    /* max |bits(q) - bits(cake_silu(a))| over |a| <= 64 */
+    uint32_t quick_distance_arg;
+    uint64_t quick_far;       /* |a| <= 64 with that distance above CAKE_SILU_QUICK_DISTANCE */
+    uint32_t quick_far_arg;
+    uint64_t quick_bf16;      /* bf16(cake_silu_for_bf16(a)) != bf16(cake_silu(a)) */
+    uint32_t quick_bf16_arg;
+    uint64_t quick_full;      /* inputs where cake_silu_for_bf16 ran the full sequence */
+    uint32_t quick_full_arg;
     uint64_t mismatch[4];     /* differs from the generic loop: 0 the reference, 2 the avx2 loop,
                                  3 the avx512 loop ([1], the generic loop itself, stays 0) */
     uint32_t mismatch_arg[4];
@@ -146,7 +169,7 @@ typedef struct sweep_job {
 typedef struct worker {
     sweep_job *job;
     sweep_stats st;
-    float in[CHUNK], s0[CHUNK], g0[CHUNK], s1[CHUNK], g1[CHUNK];
+    float in[CHUNK], s0[CHUNK], g0[CHUNK], q0[CHUNK], s1[CHUNK], g1[CHUNK], q1[CHUNK];
 } worker;
 
 static void note_max(double e, uint32_t u, double *max, uint32_t *arg) {
@@ -165,26 +188,41 @@ static void note_count(uint64_t *count, uint32_t *arg, uint32_t u) {
 static void check_chunk(worker *w, int64_t n) {
     sweep_stats *st = &w->st;
     /* the scalar generic build is the baseline; every other path against it */
-    cake_test_silu_loop_generic(w->in, w->s0, w->g0, n);
+    cake_test_silu_loop_generic(w->in, w->s0, w->g0, w->q0, n);
     for (int path = 0; path < 4; path++) {
-        if (path == 0) {
+        if (path == 0) { /* the reference has no quick sequence: its q is not compared */
             for (int64_t i = 0; i < n; i++) {
                 w->s1[i] = ref_silu(w->in[i]);
                 w->g1[i] = ref_silu_grad(w->in[i]);
+                w->q1[i] = w->q0[i];
             }
         } else if (path > 1 && w->job->loops[path]) {
-            w->job->loops[path](w->in, w->s1, w->g1, n);
+            w->job->loops[path](w->in, w->s1, w->g1, w->q1, n);
         } else {
             continue;
         }
         for (int64_t i = 0; i < n; i++)
-            if (bits(w->s1[i]) != bits(w->s0[i]) || bits(w->g1[i]) != bits(w->g0[i]))
+            if (bits(w->s1[i]) != bits(w->s0[i]) || bits(w->g1[i]) != bits(w->g0[i]) ||
+                bits(w->q1[i]) != bits(w->q0[i]))
                 note_count(&st->mismatch[path], &st->mismatch_arg[path], bits(w->in[i]));
     }
     for (int64_t i = 0; i < n; i++) {
         const float a = w->in[i], y = w->s0[i], g = w->g0[i];
         const uint32_t u = bits(a);
         st->count++;
+        if (bf16_of(w->q0[i]) != bf16_of(y))
+            note_count(&st->quick_bf16, &st->quick_bf16_arg, u);
+        uint32_t ok;
+        const float q = cake_silu_quick_(a, &ok);
+        if (!ok)
+            note_count(&st->quick_full, &st->quick_full_arg, u);
+        if (fabsf(a) <= 64.0f) {
+            const uint32_t qb = bits(q), yb = bits(y);
+            const uint32_t dist = qb > yb ? qb - yb : yb - qb;
+            note_max((double)dist, u, &st->quick_distance, &st->quick_distance_arg);
+            if (dist > CAKE_SILU_QUICK_DISTANCE)
+                note_count(&st->quick_far, &st->quick_far_arg, u);
+        }
         if (isnan(a)) {
             if (bits(y) != u || bits(g) != u)
                 note_count(&st->nan_changed, &st->nan_changed_arg, u);
@@ -251,6 +289,7 @@ static void merge(sweep_stats *m, const sweep_stats *s) {
     note_max(s->silu_normal_max, s->silu_normal_arg, &m->silu_normal_max, &m->silu_normal_arg);
     note_max(s->grad_max, s->grad_arg, &m->grad_max, &m->grad_arg);
     note_max(s->grad_abs_max, s->grad_abs_arg, &m->grad_abs_max, &m->grad_abs_arg);
+    note_max(s->quick_distance, s->quick_distance_arg, &m->quick_distance, &m->quick_distance_arg);
 #define MERGE_COUNT(c, a)                                                                         \
     if (s->c && (m->c == 0 || s->a < m->a))                                                       \
         m->a = s->a;                                                                              \
@@ -258,6 +297,9 @@ static void merge(sweep_stats *m, const sweep_stats *s) {
     MERGE_COUNT(silu_over_bound, silu_over_arg);
     MERGE_COUNT(not_finite, not_finite_arg);
     MERGE_COUNT(nan_changed, nan_changed_arg);
+    MERGE_COUNT(quick_far, quick_far_arg);
+    MERGE_COUNT(quick_bf16, quick_bf16_arg);
+    MERGE_COUNT(quick_full, quick_full_arg);
     for (int p = 0; p < 4; p++) {
         MERGE_COUNT(mismatch[p], mismatch_arg[p]);
     }
@@ -346,6 +388,10 @@ static void run_sweep(const char *label, const sweep_range *ranges, int num_rang
     print_arg("cake_silu: max error, normal results", m.silu_normal_max, "ulp", m.silu_normal_arg);
     print_arg("cake_silu_grad: max error outside [-1.5,-1.1]", m.grad_max, "ulp", m.grad_arg);
     print_arg("cake_silu_grad: max |error| inside", m.grad_abs_max, "* 2^-24", m.grad_abs_arg);
+    print_arg("quick silu: max distance, |a| <= 64", m.quick_distance, "patterns",
+              m.quick_distance_arg);
+    printf("[cake-test]   quick silu: the full sequence ran for %" PRIu64 " of %" PRIu64
+           " inputs\n", m.quick_full, m.count);
     int failed = 0;
 #define REPORT(c, a, ...)                                                                         \
     if (m.c) {                                                                                    \
@@ -362,6 +408,10 @@ static void run_sweep(const char *label, const sweep_range *ranges, int num_rang
     REPORT(silu_over_bound, silu_over_arg, "inputs with cake_silu more than 2 ulp off");
     REPORT(not_finite, not_finite_arg, "finite inputs with a NaN or infinite result");
     REPORT(nan_changed, nan_changed_arg, "NaN inputs not returned unchanged");
+    REPORT(quick_far, quick_far_arg, "inputs |a| <= 64 with the quick q more than %u patterns "
+           "from cake_silu", CAKE_SILU_QUICK_DISTANCE);
+    REPORT(quick_bf16, quick_bf16_arg, "inputs where bf16(cake_silu_for_bf16) differs from "
+           "bf16(cake_silu)");
     for (int p = 0; p < 4; p++) {
         REPORT(mismatch[p], mismatch_arg[p], "inputs where %s differs from the generic loop",
                k_path_name[p]);
@@ -410,6 +460,8 @@ static void test_sweep(void **state) {
         {0xc2aa0000, 0xc2dc0001, 1},              /* a in [-110, -85]: subnormal results */
         {0xbfa00000, 0xbfa66667, 1},              /* a in [-1.3, -1.25]: silu' crosses zero */
         {0xc22c0000, 0xc2340001, 1},              /* a in [-45, -43]: n = -64, scaling starts */
+        {0x427f0000, 0x42810000, 1},              /* |a| near 64, the quick sequence's limit */
+        {0xc27f0000, 0xc2810000, 1},
         {0x42fe0000, 0x43010000, 1},              /* |a| near the clamp at 128 */
         {0xc2fe0000, 0xc3010000, 1},
         {0x7f7f0000, 0x7f800001, 1},              /* up to FLT_MAX and +inf */
@@ -457,10 +509,10 @@ static void test_specials(void **state) {
         s[1] = ref_silu(a);
         g[1] = ref_silu_grad(a);
         for (int p = 1; p < 4; p++) {
-            float in[1] = {a}, so[1], go[1];
+            float in[1] = {a}, so[1], go[1], qo[1];
             if (!loops[p])
                 continue;
-            loops[p](in, so, go, 1);
+            loops[p](in, so, go, qo, 1);
             if (bits(so[0]) != cases[i].silu || bits(go[0]) != cases[i].grad) {
                 fprintf(stderr, "[cake-test] FAILED: %s at 0x%08" PRIx32 ": silu 0x%08" PRIx32
                                 ", grad 0x%08" PRIx32 "\n",

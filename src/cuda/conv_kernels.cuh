@@ -357,6 +357,32 @@ __host__ __device__ constexpr int forward_lanes(int V) {
 }
 constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
 
+/* SiLU's forward by the quick sequence, the full one only where the quick one cannot decide the
+ * bf16 (same bits: docs/NUMERICS.md 9.8); CAKE_CUDA_SILU_QUICK=0 runs the full sequence for every
+ * element. CAKE_CUDA_SILU_BATCH_ROWS: rows of a step whose quick sequences run before any full
+ * one (ForwardOp::silu_step; 0: element by element). CAKE_CUDA_SILU_FULL_CALL=1: the full
+ * sequence as one function called where needed, instead of a copy inlined at every element. */
+#ifndef CAKE_CUDA_SILU_QUICK
+#define CAKE_CUDA_SILU_QUICK 1
+#endif
+#ifndef CAKE_CUDA_SILU_BATCH_ROWS
+#define CAKE_CUDA_SILU_BATCH_ROWS 4
+#endif
+#ifndef CAKE_CUDA_SILU_FULL_CALL
+#define CAKE_CUDA_SILU_FULL_CALL 1
+#endif
+#if CAKE_CUDA_SILU_FULL_CALL
+__device__ __noinline__ float silu_full(float a) { return cake_silu(a); }
+#else
+__device__ __forceinline__ float silu_full(float a) { return cake_silu(a); }
+#endif
+__device__ __forceinline__ float silu_for_y(float a) {
+    if (!CAKE_CUDA_SILU_QUICK) return cake_silu(a);
+    uint32_t ok;
+    const float q = cake_silu_quick_(a, &ok);
+    return ok ? q : silu_full(a);
+}
+
 template <int V, int L>
 struct ForwardOp {
     static constexpr bool kPrefetch = (V & kSilu) == 0;
@@ -384,8 +410,8 @@ struct ForwardOp {
         for (int l = 0; l < L; l++) {
             float2 a = conv_pair<V>(w.w[l], x0.p[l], x1.p[l], x2.p[l], xt.p[l]);
             if (V & kSilu) {
-                a.x = cake_silu(a.x);
-                a.y = cake_silu(a.y);
+                a.x = silu_for_y(a.x);
+                a.y = silu_for_y(a.y);
             }
             y.p[l] = pack2<kHwBf16>(a.x, a.y);
         }
@@ -399,11 +425,74 @@ struct ForwardOp {
         for (int r = 0; r < kRows; r++) s.x[r] = load_vec<L>(T.x + (t + r) * T.channels + c);
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
+        if ((V & kSilu) && CAKE_CUDA_SILU_QUICK && CAKE_CUDA_SILU_BATCH_ROWS > 0) {
+            silu_step(T, s, t, c);
+        } else {
 #pragma unroll
-        for (int r = 0; r < kRows; r++) row(T, t + r, c, s.x[r]);
+            for (int r = 0; r < kRows; r++) row(T, t + r, c, s.x[r]);
+        }
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &, int64_t t, int64_t c) {
         row(T, t, c, load_vec<L>(T.x + t * T.channels + c));
+    }
+
+    /* Row t + k's x for k in [-3, kRows): the window before the step, then the stage's rows. */
+    __device__ __forceinline__ static const Vec<L> &x_at(const Stage &s, const Vec<L> (&h)[3], int k) {
+        return k < 0 ? h[k + 3] : s.x[k];
+    }
+    __device__ __forceinline__ float2 a_at(const Stage &s, const Vec<L> (&h)[3], int r, int l) const {
+        return conv_pair<V>(w.w[l], x_at(s, h, r - 3).p[l], x_at(s, h, r - 2).p[l],
+                            x_at(s, h, r - 1).p[l], s.x[r].p[l]);
+    }
+    /* A step with SiLU, kSiluBatch rows at a time: the quick sequence for all of their elements
+     * first (independent chains the scheduler interleaves, no branch between them), then the
+     * full sequence only for the elements whose bf16 the quick one cannot decide (about 2.6 in
+     * 10^4 of ordinary inputs: docs/NUMERICS.md 9.8), their a recomputed (the same fmas, the
+     * same bits), then the stores. */
+    static constexpr int kSiluBatch =
+        CAKE_CUDA_SILU_BATCH_ROWS < 1 ? 1 : CAKE_CUDA_SILU_BATCH_ROWS < kRows ? CAKE_CUDA_SILU_BATCH_ROWS : kRows;
+    __device__ __forceinline__ void silu_step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
+        static_assert(kSiluBatch * L * 2 <= 32, "one bit per element of a batch");
+        static_assert(kRows % kSiluBatch == 0, "whole batches in a step");
+        const Vec<L> h[3] = {x0, x1, x2};
+#pragma unroll
+        for (int r0 = 0; r0 < kRows; r0 += kSiluBatch) {
+            float2 q[kSiluBatch][L];
+            uint32_t full = 0; /* bit 2 (b L + l) for the even channel, the next for the odd */
+#pragma unroll
+            for (int b = 0; b < kSiluBatch; b++)
+#pragma unroll
+                for (int l = 0; l < L; l++) {
+                    const float2 a = a_at(s, h, r0 + b, l);
+                    uint32_t ok_e, ok_o;
+                    q[b][l].x = cake_silu_quick_(a.x, &ok_e);
+                    q[b][l].y = cake_silu_quick_(a.y, &ok_o);
+                    full |= ((ok_e ^ 1u) | ((ok_o ^ 1u) << 1)) << (2 * (b * L + l));
+                }
+            if (full) {
+#pragma unroll
+                for (int b = 0; b < kSiluBatch; b++)
+#pragma unroll
+                    for (int l = 0; l < L; l++) {
+                        const uint32_t m = full >> (2 * (b * L + l));
+                        if (m & 3u) {
+                            const float2 a = a_at(s, h, r0 + b, l);
+                            if (m & 1u) q[b][l].x = silu_full(a.x);
+                            if (m & 2u) q[b][l].y = silu_full(a.y);
+                        }
+                    }
+            }
+#pragma unroll
+            for (int b = 0; b < kSiluBatch; b++) {
+                Vec<L> y;
+#pragma unroll
+                for (int l = 0; l < L; l++) y.p[l] = pack2<kHwBf16>(q[b][l].x, q[b][l].y);
+                store_vec<L>(T.y + (t + r0 + b) * T.channels + c, y);
+            }
+        }
+        x0 = x_at(s, h, kRows - 3);
+        x1 = x_at(s, h, kRows - 2);
+        x2 = x_at(s, h, kRows - 1);
     }
 };
 

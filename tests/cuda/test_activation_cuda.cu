@@ -8,7 +8,11 @@
  *      unchanged on both sides);
  *  (2) against a float64 oracle evaluated on the GPU (double exp): the max ulp of cake_silu
  *      (must be <= 2, SPEC 3) and of cake_silu_grad (ulp outside [-1.5, -1.1], absolute error in
- *      units of 2^-24 inside it, where silu' crosses zero), with the arguments, are printed.
+ *      units of 2^-24 inside it, where silu' crosses zero), with the arguments, are printed;
+ *  (3) the forward's quick sequence (docs/NUMERICS.md 9.8), on the GPU: bf16 of
+ *      cake_silu_for_bf16(a) equal to bf16 of cake_silu(a) for every input, the quick q within
+ *      CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a) for every |a| <= 64 (what its guard
+ *      relies on), and cake_silu_for_bf16 bitwise equal to the host build's as in (1).
  * The GPU computes chunk c+1 while the host checks chunk c. On an H200 machine with 16 host
  * cores: about 10 s against the AVX-512 build, 62 s against the generic one.
  *
@@ -31,14 +35,15 @@
 #include <unistd.h>
 
 extern "C" {
-void cake_test_silu_loop_generic(const float *in, float *silu, float *grad, int64_t n);
+void cake_test_silu_loop_generic(const float *in, float *silu, float *grad, float *quick, int64_t n);
 #if defined(CAKE_TEST_HAVE_X86)
-void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, int64_t n);
-void cake_test_silu_loop_avx512(const float *in, float *silu, float *grad, int64_t n);
+void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, float *quick, int64_t n);
+void cake_test_silu_loop_avx512(const float *in, float *silu, float *grad, float *quick, int64_t n);
 #endif
 }
 
-typedef void (*silu_loop)(const float *, float *, float *, int64_t);
+/* silu, silu' and cake_silu_for_bf16 of n inputs */
+typedef void (*silu_loop)(const float *, float *, float *, float *, int64_t);
 static silu_loop host_loop = cake_test_silu_loop_generic;
 static const char *host_isa = "generic";
 
@@ -85,7 +90,16 @@ struct DeviceStats {
     unsigned long long grad;     /* ulp, outside the window */
     unsigned long long grad_abs; /* units of 2^-24, inside the window */
     unsigned long long silu_over_bound, not_finite;
+    unsigned long long quick_distance; /* bit patterns between q and cake_silu, |a| <= 64 */
+    unsigned long long quick_far, quick_bf16, quick_full; /* counts, as main reports them */
 };
+
+/* bf16 of f, round to nearest even, every NaN one pattern (only equality is asked). */
+__device__ unsigned bf16_of(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
 
 __device__ double oracle_silu(float a) {
     const double x = a;
@@ -126,8 +140,10 @@ __device__ unsigned long long warp_max(unsigned long long v) {
     return v;
 }
 
-__global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, DeviceStats *st) {
+__global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, float *quick,
+                         DeviceStats *st) {
     unsigned long long ks = 0, kg = 0, ka = 0, over = 0, nonfinite = 0;
+    unsigned long long kq = 0, far = 0, qbf16 = 0, full = 0;
     const uint32_t stride = gridDim.x * blockDim.x;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const uint32_t u = base + i;
@@ -135,6 +151,19 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, De
         const float y = cake_silu(a), g = cake_silu_grad(a);
         silu[i] = y;
         grad[i] = g;
+        const float yq = cake_silu_for_bf16(a);
+        quick[i] = yq;
+        if (bf16_of(yq) != bf16_of(y)) qbf16++;
+        uint32_t ok;
+        const float q = cake_silu_quick_(a, &ok);
+        full += !ok;
+        if (fabsf(a) <= 64.0f) {
+            const uint32_t qb = __float_as_uint(q), yb = __float_as_uint(y);
+            const uint32_t dist = qb > yb ? qb - yb : yb - qb;
+            const unsigned long long k3 = key((double)dist, u);
+            kq = k3 > kq ? k3 : kq;
+            far += dist > CAKE_SILU_QUICK_DISTANCE;
+        }
         if (isnan(a)) continue;
         if (isfinite(a) && !(isfinite(y) && isfinite(g))) nonfinite++;
         const double es = ulp_error(y, oracle_silu(a));
@@ -153,9 +182,13 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, De
     ks = warp_max(ks);
     kg = warp_max(kg);
     ka = warp_max(ka);
+    kq = warp_max(kq);
     for (int o = 16; o > 0; o >>= 1) {
         over += __shfl_xor_sync(0xffffffffu, over, o);
         nonfinite += __shfl_xor_sync(0xffffffffu, nonfinite, o);
+        far += __shfl_xor_sync(0xffffffffu, far, o);
+        qbf16 += __shfl_xor_sync(0xffffffffu, qbf16, o);
+        full += __shfl_xor_sync(0xffffffffu, full, o);
     }
     if ((threadIdx.x & 31) == 0) {
         atomicMax(&st->silu, ks);
@@ -163,6 +196,10 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, De
         atomicMax(&st->grad_abs, ka);
         if (over) atomicAdd(&st->silu_over_bound, over);
         if (nonfinite) atomicAdd(&st->not_finite, nonfinite);
+        atomicMax(&st->quick_distance, kq);
+        if (far) atomicAdd(&st->quick_far, far);
+        if (qbf16) atomicAdd(&st->quick_bf16, qbf16);
+        if (full) atomicAdd(&st->quick_full, full);
     }
 }
 
@@ -170,7 +207,7 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, De
 
 struct HostSlice {
     uint64_t base, begin, end; /* patterns base + [begin, end) of the chunk */
-    const float *gpu_silu, *gpu_grad;
+    const float *gpu_silu, *gpu_grad, *gpu_quick;
     uint64_t mismatches;
     uint32_t first; /* lowest mismatching pattern */
 };
@@ -178,17 +215,18 @@ struct HostSlice {
 static void *check_slice(void *arg) {
     HostSlice *s = (HostSlice *)arg;
     enum { BLOCK = 4096 };
-    float in[BLOCK], y[BLOCK], g[BLOCK];
+    float in[BLOCK], y[BLOCK], g[BLOCK], q[BLOCK];
     for (uint64_t i = s->begin; i < s->end; i += BLOCK) {
         const int64_t n = (int64_t)(s->end - i < BLOCK ? s->end - i : BLOCK);
         for (int64_t k = 0; k < n; k++) {
             const uint32_t u = (uint32_t)(s->base + i + (uint64_t)k);
             memcpy(&in[k], &u, sizeof u);
         }
-        host_loop(in, y, g, n);
+        host_loop(in, y, g, q, n);
         for (int64_t k = 0; k < n; k++)
             if (memcmp(&y[k], &s->gpu_silu[i + k], 4) != 0 ||
-                memcmp(&g[k], &s->gpu_grad[i + k], 4) != 0) {
+                memcmp(&g[k], &s->gpu_grad[i + k], 4) != 0 ||
+                memcmp(&q[k], &s->gpu_quick[i + k], 4) != 0) {
                 const uint32_t u = (uint32_t)(s->base + i + (uint64_t)k);
                 if (s->mismatches++ == 0 || u < s->first) s->first = u;
             }
@@ -236,7 +274,7 @@ int main(void) {
            prop.name, prop.major, prop.minor, prop.multiProcessorCount, T, host_isa);
     fflush(stdout);
 
-    float *d_silu[2], *d_grad[2], *h_silu[2], *h_grad[2];
+    float *d_silu[2], *d_grad[2], *d_quick[2], *h_silu[2], *h_grad[2], *h_quick[2];
     cudaStream_t stream;
     cudaEvent_t done[2];
     DeviceStats *d_st;
@@ -246,6 +284,8 @@ int main(void) {
         CHECK(cudaMalloc(&d_grad[b], kChunk * sizeof(float)));
         CHECK(cudaMallocHost(&h_silu[b], kChunk * sizeof(float)));
         CHECK(cudaMallocHost(&h_grad[b], kChunk * sizeof(float)));
+        CHECK(cudaMalloc(&d_quick[b], kChunk * sizeof(float)));
+        CHECK(cudaMallocHost(&h_quick[b], kChunk * sizeof(float)));
         CHECK(cudaEventCreateWithFlags(&done[b], cudaEventDisableTiming));
     }
     CHECK(cudaMalloc(&d_st, sizeof(DeviceStats)));
@@ -258,11 +298,13 @@ int main(void) {
     auto launch = [&](uint64_t c) {
         const int b = (int)(c & 1);
         evaluate<<<blocks, threads, 0, stream>>>((uint32_t)(c * kChunk), (uint32_t)kChunk,
-                                                 d_silu[b], d_grad[b], d_st);
+                                                 d_silu[b], d_grad[b], d_quick[b], d_st);
         CHECK(cudaGetLastError());
         CHECK(cudaMemcpyAsync(h_silu[b], d_silu[b], kChunk * sizeof(float),
                               cudaMemcpyDeviceToHost, stream));
         CHECK(cudaMemcpyAsync(h_grad[b], d_grad[b], kChunk * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream));
+        CHECK(cudaMemcpyAsync(h_quick[b], d_quick[b], kChunk * sizeof(float),
                               cudaMemcpyDeviceToHost, stream));
         CHECK(cudaEventRecord(done[b], stream));
     };
@@ -287,6 +329,7 @@ int main(void) {
             slices[i].end = kChunk * (uint64_t)(i + 1) / (uint64_t)T;
             slices[i].gpu_silu = h_silu[b];
             slices[i].gpu_grad = h_grad[b];
+            slices[i].gpu_quick = h_quick[b];
             slices[i].mismatches = 0;
             if (pthread_create(&th[i], NULL, check_slice, &slices[i]) != 0) {
                 fprintf(stderr, "[cake-test] FAILED: pthread_create\n");
@@ -312,14 +355,28 @@ int main(void) {
     print_key("cake_silu: max error (GPU, float64 oracle)", st.silu, "ulp");
     print_key("cake_silu_grad: max error outside [-1.5,-1.1]", st.grad, "ulp");
     print_key("cake_silu_grad: max |error| inside", st.grad_abs, "* 2^-24");
+    print_key("quick silu: max distance, |a| <= 64 (GPU)", st.quick_distance, "patterns");
+    printf("[cake-test]   quick silu: the full sequence ran for %llu of 2^32 inputs\n",
+           st.quick_full);
     int failed = 0;
     if (mismatches) {
-        float in[1] = {from_bits(first)}, y[1], g[1];
-        host_loop(in, y, g, 1);
+        float in[1] = {from_bits(first)}, y[1], g[1], q[1];
+        host_loop(in, y, g, q, 1);
         fprintf(stderr,
                 "[cake-test] FAILED: GPU and CPU differ on %" PRIu64 " inputs, the first at a = %a "
-                "(0x%08" PRIx32 "): CPU silu 0x%08" PRIx32 ", grad 0x%08" PRIx32 "\n",
-                mismatches, (double)in[0], first, bits(y[0]), bits(g[0]));
+                "(0x%08" PRIx32 "): CPU silu 0x%08" PRIx32 ", grad 0x%08" PRIx32 ", silu for bf16 "
+                "0x%08" PRIx32 "\n",
+                mismatches, (double)in[0], first, bits(y[0]), bits(g[0]), bits(q[0]));
+        failed = 1;
+    }
+    if (st.quick_far) {
+        fprintf(stderr, "[cake-test] FAILED: %llu inputs |a| <= 64 with the quick q more than %u "
+                        "patterns from cake_silu\n", st.quick_far, CAKE_SILU_QUICK_DISTANCE);
+        failed = 1;
+    }
+    if (st.quick_bf16) {
+        fprintf(stderr, "[cake-test] FAILED: %llu inputs where bf16(cake_silu_for_bf16) differs "
+                        "from bf16(cake_silu)\n", st.quick_bf16);
         failed = 1;
     }
     if (st.silu_over_bound) {
@@ -337,6 +394,8 @@ int main(void) {
         cudaFree(d_grad[b]);
         cudaFreeHost(h_silu[b]);
         cudaFreeHost(h_grad[b]);
+        cudaFree(d_quick[b]);
+        cudaFreeHost(h_quick[b]);
         cudaEventDestroy(done[b]);
     }
     cudaFree(d_st);
