@@ -6,7 +6,7 @@
  *   cake_silu(a)      = a * sigmoid(a)                          (docs/NUMERICS.md: <= 2 ulp; 1.02 measured)
  *   cake_silu_grad(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))) (2.62 ulp away from its zero)
  *   cake_silu_for_bf16(a): a value with bf16 rounding bf16(cake_silu(a)), usually by a shorter
- *                      sequence (section 9.8; what the GPU forward uses, since y is bf16)
+ *                      sequence (section 9.8; what the forwards use, since y is bf16)
  *
  * Only these operations appear: fp32 fma, add, subtract, multiply, one correctly rounded divide
  * per function (on the GPU computed as CUDA's own correctly rounded reciprocal computes it:
@@ -189,8 +189,9 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
  * (about 2.6 in 10^4 of those inputs, and |a| > 64, infinities, NaN) the full sequence runs. The
  * bits that come out are always those of bf16(cake_silu(a)): tests/test_activation.c and
  * tests/cuda/test_activation_cuda.cu check every fp32 input. Same operations as above (no exp,
- * no fast intrinsic), so the decision is the same on every build. Unlike the two functions above
- * it branches, so a plain loop of it does not vectorise; the CPU paths call cake_silu. */
+ * no fast intrinsic), so the decision is the same on every build. cake_silu_for_bf16 branches,
+ * so a plain loop of it does not vectorise: the CPU forward vectorises cake_silu_quick_ and
+ * calls cake_silu_for_bf16 only for the elements it flagged (src/conv_cpu_kernels.inc). */
 #define CAKE_SILU_QUICK_DISTANCE 8u
 
 /* q (Q1-Q4), and through *ok whether bf16(q) = bf16(cake_silu(a)) is guaranteed (Q5). */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activation.h" /* cake_silu_quick_, to pick the biases it cannot decide */
 #include "reference.h"
 
 static int64_t *iota_rows(int64_t T) {
@@ -459,6 +460,66 @@ static void test_wide_channels(void **state) {
     }
 }
 
+/* bf16 of f by round to nearest even (finite f): to pick inputs only. */
+static uint16_t bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The SiLU forward's quick sequence and its fall-back (docs/NUMERICS.md 9.8): zero weights make
+ * a = bias[c] exactly on every row, and most biases are values where the quick value q rounds to
+ * another bf16 than silu(a) does (found by asking both), so a y that kept q fails; the others are
+ * |a| > 64, infinities and values q decides, mixed within every 16 channels, so the fall-back
+ * runs for many elements of a chunk beside ones that do not need it. Everything against the
+ * reference, on every rank, at 1 and 7 threads. */
+static void test_silu_quick_fallback(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, 909);
+    const int64_t cu[] = {0, 5, 6, 29, 41}, C[2] = {72, 8};
+    tu_problem pb;
+    tu_problem_init(&pb, &r, TU_NARROW, cu, 4, 2, C);
+    tu_problem_set_params(&pb, &r, TU_NARROW, 1, CAKE_ACTIVATION_SILU);
+    static const float wide[] = {64.5f, -64.5f, 100.0f, -100.0f, 0x1p+100f, -0x1p+100f, INFINITY,
+                                 -INFINITY, 64.0f, -64.0f};
+    uint32_t u = 0x3f000000u + (uint32_t)(tu_next(&r) & 0xfffffu); /* from about 0.5 up */
+    int undecided = 0;
+    for (int64_t c = 0; c < C[0]; c++) {
+        for (int k = 0; k < 4; k++) pb.w[0][c * 4 + k] = 0.0f;
+        float b;
+        if (c % 8 == 7) { /* one in 8: a value the quick sequence decides */
+            b = (float)(c - 36) * 0.37f;
+        } else if (c % 8 == 6) {
+            b = wide[(c / 8) % (int)(sizeof wide / sizeof wide[0])];
+        } else { /* the next value above the last one where q and silu round apart */
+            uint32_t ok;
+            float f;
+            do {
+                u++;
+                memcpy(&f, &u, sizeof f);
+                f = c % 2 ? -f : f;
+            } while (bf16_rne(cake_silu_quick_(f, &ok)) == bf16_rne(cake_silu(f)));
+            TU_CHECK(!ok, "the quick sequence decided a = %a wrongly", (double)f);
+            b = f;
+            undecided++;
+            u += (uint32_t)(tu_next(&r) & 0xffffu);
+        }
+        pb.bias[0][c] = b;
+    }
+    TU_CHECK(undecided > 0, "no bias found");
+    tu_partition tp;
+    TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, cu, 4, 2));
+    for (int threads = 1; threads <= 7; threads += 6) {
+        tu_set_ctx("SiLU quick fall-back: %d biases q rounds wrongly, of %" PRId64 ", %d threads",
+                   undecided, C[0], threads);
+        const cake_cpu_options opt = {threads, CAKE_CPU_ISA_AUTO};
+        TU_CHECK(check_all(&pb, &tp, &opt) == 0, "mismatch (see above)");
+    }
+    tu_partition_free(&tp);
+    tu_problem_free(&pb);
+}
+
 /* ---- run to run, threads and ISA paths ------------------------------------------------------- */
 
 /* The same call repeated (new buffers each time) and under every thread count and ISA path gives
@@ -624,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_param_forms),
         cmocka_unit_test(test_variant_matrix),
         cmocka_unit_test(test_wide_channels),
+        cmocka_unit_test(test_silu_quick_fallback),
         cmocka_unit_test(test_repeat_threads_isas),
         cmocka_unit_test(test_nan_several_operands),
     };

@@ -372,9 +372,9 @@ constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
 #define CAKE_CUDA_SILU_FULL_CALL 1
 #endif
 #if CAKE_CUDA_SILU_FULL_CALL
-__device__ __noinline__ float silu_full(float a) { return cake_silu(a); }
+static __device__ __noinline__ float silu_full(float a) { return cake_silu(a); }
 #else
-__device__ __forceinline__ float silu_full(float a) { return cake_silu(a); }
+static __device__ __forceinline__ float silu_full(float a) { return cake_silu(a); }
 #endif
 __device__ __forceinline__ float silu_for_y(float a) {
     if (!CAKE_CUDA_SILU_QUICK) return cake_silu(a);
