@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "activation.h" /* cake_silu_quick_, to pick the biases it cannot decide */
+#include "activation.h" /* cake_silu_quick_, to pick biases it would round wrongly */
 #include "reference.h"
 
 static int64_t *iota_rows(int64_t T) {
@@ -470,7 +470,7 @@ static uint16_t bf16_rne(float f) {
 /* The SiLU forward's quick sequence and its fall-back (docs/NUMERICS.md 9.8): zero weights make
  * a = bias[c] exactly on every row, and most biases are values where the quick value q rounds to
  * another bf16 than silu(a) does (found by asking both), so a y that kept q fails; the others are
- * |a| > 64, infinities and values q decides, mixed within every 16 channels, so the fall-back
+ * |a| > 64, infinities and ordinary values, mixed within every 16 channels, so the fall-back
  * runs for many elements of a chunk beside ones that do not need it. Everything against the
  * reference, on every rank, at 1 and 7 threads. */
 static void test_silu_quick_fallback(void **state) {
@@ -484,11 +484,11 @@ static void test_silu_quick_fallback(void **state) {
     static const float wide[] = {64.5f, -64.5f, 100.0f, -100.0f, 0x1p+100f, -0x1p+100f, INFINITY,
                                  -INFINITY, 64.0f, -64.0f};
     uint32_t u = 0x3f000000u + (uint32_t)(tu_next(&r) & 0xfffffu); /* from about 0.5 up */
-    int undecided = 0;
+    int misrounded = 0;
     for (int64_t c = 0; c < C[0]; c++) {
         for (int k = 0; k < 4; k++) pb.w[0][c * 4 + k] = 0.0f;
         float b;
-        if (c % 8 == 7) { /* one in 8: a value the quick sequence decides */
+        if (c % 8 == 7) { /* one in 8: an ordinary value (the quick sequence decides most) */
             b = (float)(c - 36) * 0.37f;
         } else if (c % 8 == 6) {
             b = wide[(c / 8) % (int)(sizeof wide / sizeof wide[0])];
@@ -502,17 +502,17 @@ static void test_silu_quick_fallback(void **state) {
             } while (bf16_rne(cake_silu_quick_(f, &ok)) == bf16_rne(cake_silu(f)));
             TU_CHECK(!ok, "the quick sequence decided a = %a wrongly", (double)f);
             b = f;
-            undecided++;
+            misrounded++;
             u += (uint32_t)(tu_next(&r) & 0xffffu);
         }
         pb.bias[0][c] = b;
     }
-    TU_CHECK(undecided > 0, "no bias found");
+    TU_CHECK(misrounded > 0, "no bias found");
     tu_partition tp;
     TU_OK(tu_partition_make(&tp, &r, TU_RANGES, 3, cu, 4, 2));
     for (int threads = 1; threads <= 7; threads += 6) {
         tu_set_ctx("SiLU quick fall-back: %d biases q rounds wrongly, of %" PRId64 ", %d threads",
-                   undecided, C[0], threads);
+                   misrounded, C[0], threads);
         const cake_cpu_options opt = {threads, CAKE_CPU_ISA_AUTO};
         TU_CHECK(check_all(&pb, &tp, &opt) == 0, "mismatch (see above)");
     }
