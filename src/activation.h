@@ -184,15 +184,36 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
 /* ---- silu for a bf16 output: the quick sequence Q1-Q5 (docs/NUMERICS.md 9.8) ----------------
  * Where only bf16(silu(a)) is kept (the forward's y), a shorter fp32 sequence usually decides the
  * same bf16: q below is within CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a) for every
- * |a| <= 64 (5 measured over every such input), so when q's low 16 bits are farther than that
+ * |a| <= 64 (5 measured over every such input on the CPU), so when q's low 16 bits are farther than that
  * from the bf16 rounding midpoint 0x8000, q and cake_silu(a) round to the same bf16. Elsewhere
  * (about 2.6 in 10^4 of those inputs, and |a| > 64, infinities, NaN) the full sequence runs. The
  * bits that come out are always those of bf16(cake_silu(a)): tests/test_activation.c and
- * tests/cuda/test_activation_cuda.cu check every fp32 input. Same operations as above (no exp,
- * no fast intrinsic), so the decision is the same on every build. cake_silu_for_bf16 branches,
+ * tests/cuda/test_activation_cuda.cu check every fp32 input. The CPU builds use the operations
+ * above (no exp, no fast intrinsic), so their decisions agree; the GPU's Q3 may differ from
+ * theirs in the last bit (cake_silu_quick_recip_), never in y. cake_silu_for_bf16 branches,
  * so a plain loop of it does not vectorise: the CPU forward vectorises cake_silu_quick_ and
  * calls cake_silu_for_bf16 only for the elements it flagged (src/conv_cpu_kernels.inc). */
 #define CAKE_SILU_QUICK_DISTANCE 8u
+
+/* Q3's reciprocal 1/d, d in [1, 2]: correctly rounded (cake_act_recip_), except in device code
+ * with CAKE_SILU_QUICK_RCP_APPROX (default 1): the hardware's approximate reciprocal alone
+ * (MUFU.RCP; PTX states 1 ulp of 1/d), without the two fmas that round it correctly. That moves
+ * s by at most one bit pattern and q by at most 3 (docs/NUMERICS.md 9.8), inside the guard's 8;
+ * tests/cuda/test_activation_cuda.cu measures the GPU's q against cake_silu on every input.
+ * Only q's bf16 rounding is used, and Q5 makes it that of cake_silu on every build, so the
+ * bits of y do not change; which inputs take the full sequence may differ from the CPU's. */
+#ifndef CAKE_SILU_QUICK_RCP_APPROX
+#define CAKE_SILU_QUICK_RCP_APPROX 1
+#endif
+CAKE_ACT_FN float cake_silu_quick_recip_(float d) {
+#if defined(__CUDA_ARCH__) && CAKE_SILU_QUICK_RCP_APPROX
+    float s;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(d));
+    return s;
+#else
+    return cake_act_recip_(d);
+#endif
+}
 
 /* q (Q1-Q4), and through *ok whether bf16(q) = bf16(cake_silu(a)) is guaranteed (Q5). */
 CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
@@ -210,8 +231,8 @@ CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
     p = fmaf(p, r, 0x1p+0f);
     p = fmaf(p, r, 0x1p+0f);
     const float e = p * cake_act_float_((cake_act_bits_(j) << 23) + 0x3f800000u);
-    /* Q3: s = 1 / (1 + E), correctly rounded as E6 */
-    const float s = cake_act_recip_(0x1p+0f + e);
+    /* Q3: s = 1 / (1 + E), correctly rounded as E6 (within one pattern of it on the GPU) */
+    const float s = cake_silu_quick_recip_(0x1p+0f + e);
     /* Q4: q = a E' s, E' = E for negative a, else 1 */
     const float q = (a * cake_act_sel_(neg, e, 0x1p+0f)) * s;
     /* Q5: |a| <= 64 and q's low half more than the distance away from the midpoint */

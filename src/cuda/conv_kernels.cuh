@@ -46,8 +46,12 @@ constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 #ifndef CAKE_CUDA_PREFETCH
 #define CAKE_CUDA_PREFETCH 1
 #endif
-#ifndef CAKE_CUDA_BACKWARD_SILU_STAGES /* SiLU's backward holds more state per row */
-#define CAKE_CUDA_BACKWARD_SILU_STAGES 2
+/* SiLU's backward is bound by its arithmetic (silu' of every element), not by its loads: one
+ * step in flight (each step's loads, then its math; other warps hide the wait) leaves the
+ * registers of a second stage to the silu' chains. H200, side by side: main bias + SiLU
+ * backward 1591 -> 1442 us queued with 1 instead of 2 (docs/PERFORMANCE.md). */
+#ifndef CAKE_CUDA_BACKWARD_SILU_STAGES
+#define CAKE_CUDA_BACKWARD_SILU_STAGES 1
 #endif
 #ifndef CAKE_CUDA_BACKWARD_MIN_BLOCKS
 #define CAKE_CUDA_BACKWARD_MIN_BLOCKS 2

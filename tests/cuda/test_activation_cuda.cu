@@ -12,7 +12,9 @@
  *  (3) the forward's quick sequence (docs/NUMERICS.md 9.8), on the GPU: bf16 of
  *      cake_silu_for_bf16(a) equal to bf16 of cake_silu(a) for every input, the quick q within
  *      CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a) for every |a| <= 64 (what its guard
- *      relies on), and cake_silu_for_bf16 bitwise equal to the host build's as in (1).
+ *      relies on), and the bf16 of cake_silu_for_bf16 equal to the host build's as in (1)
+ *      (only its bf16 is kept; the GPU's quick reciprocal may move its last fp32 bit:
+ *      CAKE_SILU_QUICK_RCP_APPROX in src/activation.h).
  * The GPU computes chunk c+1 while the host checks chunk c. On an H200 machine with 16 host
  * cores: about 10 s against the AVX-512 build, 62 s against the generic one.
  *
@@ -95,8 +97,9 @@ struct DeviceStats {
 };
 
 /* bf16 of f, round to nearest even, every NaN one pattern (only equality is asked). */
-__device__ unsigned bf16_of(float f) {
-    const uint32_t u = __float_as_uint(f);
+__host__ __device__ unsigned bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 }
@@ -226,7 +229,7 @@ static void *check_slice(void *arg) {
         for (int64_t k = 0; k < n; k++)
             if (memcmp(&y[k], &s->gpu_silu[i + k], 4) != 0 ||
                 memcmp(&g[k], &s->gpu_grad[i + k], 4) != 0 ||
-                memcmp(&q[k], &s->gpu_quick[i + k], 4) != 0) {
+                bf16_of(q[k]) != bf16_of(s->gpu_quick[i + k])) {
                 const uint32_t u = (uint32_t)(s->base + i + (uint64_t)k);
                 if (s->mismatches++ == 0 || u < s->first) s->first = u;
             }
@@ -350,8 +353,8 @@ int main(void) {
     const double total = seconds() - t0;
 
     printf("[cake-test] every fp32 pattern: %.1f s (host checks %.1f s)\n", total, host_time);
-    printf("[cake-test]   GPU vs CPU (%s build): %" PRIu64 " inputs differ in a bit\n", host_isa,
-           mismatches);
+    printf("[cake-test]   GPU vs CPU (%s build): %" PRIu64 " inputs differ (a bit of silu or "
+           "silu', the bf16 of silu for bf16)\n", host_isa, mismatches);
     print_key("cake_silu: max error (GPU, float64 oracle)", st.silu, "ulp");
     print_key("cake_silu_grad: max error outside [-1.5,-1.1]", st.grad, "ulp");
     print_key("cake_silu_grad: max |error| inside", st.grad_abs, "* 2^-24");
