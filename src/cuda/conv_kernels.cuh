@@ -32,6 +32,12 @@ constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 #ifndef CAKE_CUDA_FORWARD_STAGES
 #define CAKE_CUDA_FORWARD_STAGES 2
 #endif
+/* SiLU's forward may take its own count: one stage made the plain forward 2 % faster and the
+ * SiLU forward 3 % slower on the H200 (docs/PERFORMANCE.md, `fwd-stages1`); the split is the
+ * variant `fwd-plain-stages1`, not yet measured. */
+#ifndef CAKE_CUDA_FORWARD_SILU_STAGES
+#define CAKE_CUDA_FORWARD_SILU_STAGES CAKE_CUDA_FORWARD_STAGES
+#endif
 #ifndef CAKE_CUDA_BACKWARD_STAGES
 #define CAKE_CUDA_BACKWARD_STAGES 3
 #endif
@@ -391,7 +397,7 @@ template <int V, int L>
 struct ForwardOp {
     static constexpr bool kPrefetch = (V & kSilu) == 0;
     static constexpr int kLookahead = 0;
-    static constexpr int kStages = CAKE_CUDA_FORWARD_STAGES;
+    static constexpr int kStages = (V & kSilu) ? CAKE_CUDA_FORWARD_SILU_STAGES : CAKE_CUDA_FORWARD_STAGES;
     static constexpr int kRows = kForwardStepRows;
     static constexpr bool kNeedValid = false;
     struct Stage {
