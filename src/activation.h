@@ -80,10 +80,17 @@ CAKE_ACT_FN float cake_act_sel_(uint32_t m, float x, float y) {
 #ifndef CAKE_ACT_RCP_BRANCHLESS
 #define CAKE_ACT_RCP_BRANCHLESS 1
 #endif
+#if defined(__CUDA_ARCH__)
+/* The hardware's approximate reciprocal (MUFU.RCP), where both reciprocals below start. */
+static __device__ __forceinline__ float cake_act_rcp_approx_(float d) {
+    float s;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(d));
+    return s;
+}
+#endif
 CAKE_ACT_FN float cake_act_recip_(float d) {
 #if defined(__CUDA_ARCH__) && CAKE_ACT_RCP_BRANCHLESS
-    float s0;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s0) : "f"(d));
+    const float s0 = cake_act_rcp_approx_(d);
     return __fmaf_rn(s0, __fmaf_rn(-d, s0, 0x1p+0f), s0);
 #else
     return 0x1p+0f / d;
@@ -207,9 +214,7 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
 #endif
 CAKE_ACT_FN float cake_silu_quick_recip_(float d) {
 #if defined(__CUDA_ARCH__) && CAKE_SILU_QUICK_RCP_APPROX
-    float s;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(d));
-    return s;
+    return cake_act_rcp_approx_(d);
 #else
     return cake_act_recip_(d);
 #endif
