@@ -191,10 +191,10 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
 /* ---- silu for a bf16 output: the quick sequence Q1-Q5 (docs/NUMERICS.md 9.8) ----------------
  * Where only bf16(silu(a)) is kept (the forward's y), a shorter fp32 sequence usually decides the
  * same bf16: q below is within CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a) for every
- * |a| <= 64 (5 measured over every such input on the CPU), so when q's low 16 bits are farther than that
- * from the bf16 rounding midpoint 0x8000, q and cake_silu(a) round to the same bf16. Elsewhere
- * (about 2.6 in 10^4 of those inputs, and |a| > 64, infinities, NaN) the full sequence runs. The
- * bits that come out are always those of bf16(cake_silu(a)): tests/test_activation.c and
+ * |a| <= 64 (5 measured over every such input, on the CPU and on the H200), so when q's low 16
+ * bits are farther than that from the bf16 rounding midpoint 0x8000, q and cake_silu(a) round
+ * to the same bf16. Elsewhere (about 2.6 in 10^4 of those inputs, and |a| > 64, infinities,
+ * NaN) the full sequence runs. The bits that come out are always those of bf16(cake_silu(a)): tests/test_activation.c and
  * tests/cuda/test_activation_cuda.cu check every fp32 input. The CPU builds use the operations
  * above (no exp, no fast intrinsic), so their decisions agree; the GPU's Q3 may differ from
  * theirs in the last bit (cake_silu_quick_recip_), never in y. cake_silu_for_bf16 branches,
