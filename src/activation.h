@@ -194,12 +194,13 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
  * |a| <= 64 (5 measured over every such input, on the CPU and on the H200), so when q's low 16
  * bits are farther than that from the bf16 rounding midpoint 0x8000, q and cake_silu(a) round
  * to the same bf16. Elsewhere (about 2.6 in 10^4 of those inputs, and |a| > 64, infinities,
- * NaN) the full sequence runs. The bits that come out are always those of bf16(cake_silu(a)): tests/test_activation.c and
- * tests/cuda/test_activation_cuda.cu check every fp32 input. The CPU builds use the operations
- * above (no exp, no fast intrinsic), so their decisions agree; the GPU's Q3 may differ from
- * theirs in the last bit (cake_silu_quick_recip_), never in y. cake_silu_for_bf16 branches,
- * so a plain loop of it does not vectorise: the CPU forward vectorises cake_silu_quick_ and
- * calls cake_silu_for_bf16 only for the elements it flagged (src/conv_cpu_kernels.inc). */
+ * NaN) the full sequence runs. The bits that come out are always those of bf16(cake_silu(a)):
+ * tests/test_activation.c and tests/cuda/test_activation_cuda.cu check every fp32 input. The
+ * CPU builds use the operations above (no exp, no fast intrinsic), so their decisions agree; the
+ * GPU's Q3 may differ from theirs in the last bit (cake_silu_quick_recip_), never in y.
+ * cake_silu_for_bf16 branches, so a plain loop of it does not vectorise: the CPU forward
+ * vectorises cake_silu_quick_ and calls cake_silu_for_bf16 only for the elements it flagged
+ * (src/conv_cpu_kernels.inc). */
 #define CAKE_SILU_QUICK_DISTANCE 8u
 
 /* Q3's reciprocal 1/d, d in [1, 2]: correctly rounded (cake_act_recip_), except in device code
