@@ -13,7 +13,9 @@
  * cake_act_recip_), compares, selections and integer operations on bit patterns. No libm function
  * other than fmaf (an exact IEEE operation; a libm call in builds without hardware fma), no rint
  * (rounding to an integer is an fma with 1.5 * 2^23), no double, no table, no branch: the plain
- * loop over an array vectorises. A NaN input is returned unchanged.
+ * loop over an array vectorises. A NaN input is returned unchanged. (The quick sequence at the
+ * end only decides a bf16: on the GPU its divide is the hardware's approximation, and
+ * cake_silu_for_bf16 branches to the full sequence; see there.)
  *
  * Rules that keep the bits equal everywhere, for whoever edits this file:
  *  - Build without contraction and fast-math (C: -ffp-contract=off -fno-math-errno, never

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "activation.h"
+#include "bf16.h" /* cake_f32_to_bf16: only equality of two roundings is asked */
 #include "reference_activation.h"
 
 void cake_test_silu_loop_generic(const float *in, float *silu, float *grad, float *quick, int64_t n);
@@ -100,15 +101,6 @@ static double ulp_error(float y, double exact) {
     if (isnan(y))
         return INFINITY;
     return fabs((double)y - exact) / ulp_at(exact);
-}
-
-/* bf16 of f, round to nearest even, every NaN one pattern: only equality of two roundings is
- * asked, so the NaN pattern does not matter. */
-static uint16_t bf16_of(float f) {
-    const uint32_t u = bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fc0;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 /* silu' changes sign at a ~ -1.2785: inside this window its error is measured absolutely. */
@@ -210,7 +202,7 @@ static void check_chunk(worker *w, int64_t n) {
         const float a = w->in[i], y = w->s0[i], g = w->g0[i];
         const uint32_t u = bits(a);
         st->count++;
-        if (bf16_of(w->q0[i]) != bf16_of(y))
+        if (cake_f32_to_bf16(w->q0[i]) != cake_f32_to_bf16(y))
             note_count(&st->quick_bf16, &st->quick_bf16_arg, u);
         uint32_t ok;
         const float q = cake_silu_quick_(a, &ok);
