@@ -14,8 +14,8 @@
  * other than fmaf (an exact IEEE operation; a libm call in builds without hardware fma), no rint
  * (rounding to an integer is an fma with 1.5 * 2^23), no double, no table, no branch: the plain
  * loop over an array vectorises. A NaN input is returned unchanged. (The quick sequence at the
- * end only decides a bf16: on the GPU its divide is the hardware's approximation, and
- * cake_silu_for_bf16 branches to the full sequence; see there.)
+ * end only decides a bf16: on the GPU its exponential and its divide are the hardware's
+ * approximations, and cake_silu_for_bf16 branches to the full sequence; see there.)
  *
  * Rules that keep the bits equal everywhere, for whoever edits this file:
  *  - Build without contraction and fast-math (C: -ffp-contract=off -fno-math-errno, never
@@ -199,7 +199,8 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
  * NaN) the full sequence runs. The bits that come out are always those of bf16(cake_silu(a)):
  * tests/test_activation.c and tests/cuda/test_activation_cuda.cu check every fp32 input. The
  * CPU builds use the operations above (no exp, no fast intrinsic), so their decisions agree; the
- * GPU's Q3 may differ from theirs in the last bit (cake_silu_quick_recip_), never in y.
+ * GPU's E and Q3 (cake_silu_quick_exp_, cake_silu_quick_recip_) may differ from theirs in the
+ * last bits, never in y.
  * cake_silu_for_bf16 branches, so a plain loop of it does not vectorise: the CPU forward
  * vectorises cake_silu_quick_ and calls cake_silu_for_bf16 only for the elements it flagged
  * (src/conv_cpu_kernels.inc). */
@@ -223,11 +224,36 @@ CAKE_ACT_FN float cake_silu_quick_recip_(float d) {
 #endif
 }
 
+/* Q1-Q2 on the GPU: E = e^-t from the hardware's 2^x (MUFU.EX2; CUDA documents its exp2f, this
+ * instruction, within 2 ulp), with CAKE_SILU_QUICK_EX2 (default 1). Its argument -t log2(e) is
+ * carried as xh + xl: xh the rounded product, xl the product's rounding error (exact by an fma)
+ * plus t times the part of log2(e) below the fp32 constant, so E = 2^xh 2^xl = 2^xh (1 + xl ln2)
+ * to 2^-35 (|xl| < 2^-17). Six instructions, none of them integer, against Q1-Q2's eleven (two
+ * integer); the GPU's q stays within 5 patterns of cake_silu, as the CPU's, measured on every
+ * input by tests/cuda/test_activation_cuda.cu (docs/NUMERICS.md 9.8). H200, main-shape bias +
+ * SiLU forward 669.9 -> 612.8 us queued (docs/PERFORMANCE.md). 0: the CPU's Q1-Q2 on the GPU. */
+#ifndef CAKE_SILU_QUICK_EX2
+#define CAKE_SILU_QUICK_EX2 1
+#endif
+#if defined(__CUDA_ARCH__)
+static __device__ __forceinline__ float cake_silu_quick_exp_(float t) {
+    const float xh = -t * 0x1.715476p+0f;
+    /* -xl, so that every operand is one the fmas take without a negation of their own */
+    const float nxl = __fmaf_rn(t, 0x1.4ae0c0p-26f, __fmaf_rn(t, 0x1.715476p+0f, xh));
+    float eh;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(eh) : "f"(xh)); /* |a| <= 64: 2^xh is normal */
+    return __fmaf_rn(eh, nxl * -0x1.62e430p-1f, eh);
+}
+#endif
+
 /* q (Q1-Q4), and through *ok whether bf16(q) = bf16(cake_silu(a)) is guaranteed (Q5). */
 CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
     const uint32_t u = cake_act_bits_(a), mag = u & 0x7fffffffu;
     const float t = cake_act_float_(mag);
     const uint32_t neg = 0u - (u >> 31);
+#if defined(__CUDA_ARCH__) && CAKE_SILU_QUICK_EX2
+    const float e = cake_silu_quick_exp_(t);
+#else
     /* Q1: n = rint(-t log2(e)) as E2; r = -t - n ln2 with one constant (|n| <= 93) */
     const float j = fmaf(-t, 0x1.715476p+0f, 0x1.8p+23f);
     const float n = j - 0x1.8p+23f;
@@ -239,6 +265,7 @@ CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
     p = fmaf(p, r, 0x1p+0f);
     p = fmaf(p, r, 0x1p+0f);
     const float e = p * cake_act_float_((cake_act_bits_(j) << 23) + 0x3f800000u);
+#endif
     /* Q3: s = 1 / (1 + E), correctly rounded as E6 (within one pattern of it on the GPU) */
     const float s = cake_silu_quick_recip_(0x1p+0f + e);
     /* Q4: q = a E' s, E' = E for negative a, else 1 */

@@ -3,7 +3,8 @@
  * Ordinary form: the forward is one launch; the backward is one launch for dx and the 256-row
  * block partials (the fused walk, or for calls with too few dw blocks to fill the GPU the tiles
  * of backward_tile.cuh), then one launch per level of the dw tree (one level folds 32 roots, so
- * two launches up to 8192 blocks). Cooperative form: one kernel per direction (the split walk),
+ * two launches up to 1024 blocks; with CAKE_CUDA_DW_FOLD=1 the fused walk folds the first two
+ * itself). Cooperative form: one kernel per direction (the split walk),
  * the tree levels separated by grid-wide barriers. Every form computes the same operations in
  * the same order, so the bits agree. */
 #include "cake_cuda.h"
@@ -24,6 +25,7 @@ constexpr int kMaxTreePasses = 12; /* 32^12 blocks: far beyond any int64 row cou
 
 struct TreePlan {
     int num_passes;
+    int64_t total_roots; /* of every level, per (tap, channel) column */
     TreePass pass[kMaxTreePasses];
 };
 
@@ -34,7 +36,6 @@ __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * b
 
 /* Channels one thread of a row covers. */
 __host__ __device__ constexpr int forward_column(int V) { return 2 * forward_lanes(V); }
-constexpr int kBackwardColumn = 2 * kBackwardLanes;
 
 /* Forward items: (run of rows, column of forward_lanes(V) pairs); consecutive threads take
  * consecutive columns. */
@@ -62,7 +63,9 @@ __device__ void backward_items(const ConvArgs &a) {
         if (item < a.total_work) {
             const TensorArgs &T = a.t[tensor_of(a, item)];
             const int64_t local = item - T.work_begin, columns = T.channels / kBackwardColumn;
-            backward_item<!kSplit, V>(a, T, local / columns, kBackwardColumn * (local % columns));
+            const int64_t b = local / columns, c = kBackwardColumn * (local % columns);
+            backward_item<!kSplit, V>(a, T, b, c);
+            if (!kSplit && CAKE_CUDA_DW_FOLD && a.fold_passes > 0) fold_block<V>(a, T, b, c);
         } else if (kSplit) {
             const int64_t dx = item - a.total_work;
             const TensorArgs &T = a.t[tensor_of_dx(a, dx)];
@@ -189,24 +192,39 @@ cake_status launch(const void *kernel, int64_t blocks, void **args, cudaStream_t
 }
 
 /* Levels of the tree: level 0 holds num_blocks roots, each pass folds groups of 32. */
-TreePlan plan_tree(int64_t num_blocks, int64_t *total_roots) {
+TreePlan plan_tree(int64_t num_blocks) {
     TreePlan tree;
     memset(&tree, 0, sizeof tree);
-    int64_t n = num_blocks, offset = 0;
-    *total_roots = num_blocks;
+    int64_t n = num_blocks, offset = 0, groups = 0;
+    tree.total_roots = num_blocks;
     while (n > 0) {
         TreePass &pass = tree.pass[tree.num_passes++];
         const int64_t out = (n + kTreeWidth - 1) / kTreeWidth;
         pass.n_in = n;
         pass.in_offset = offset;
         pass.out_offset = offset + n;
+        pass.group_offset = groups;
         pass.final_pass = n <= kTreeWidth;
         if (pass.final_pass) break;
         offset += n;
+        groups += out;
         n = out;
-        *total_roots += out;
+        tree.total_roots += out;
     }
     return tree;
+}
+
+int fold_passes_of(const TreePlan &tree) {
+    if (!CAKE_CUDA_DW_FOLD) return 0;
+    return tree.num_passes < kMaxFoldPasses ? tree.num_passes : kMaxFoldPasses;
+}
+
+/* Arrival counters of the fold per backward column: one per group of each folded pass. */
+int64_t fold_counters_per_column(const TreePlan &tree) {
+    int64_t groups = 0;
+    for (int p = 0; p < fold_passes_of(tree); p++)
+        groups += (tree.pass[p].n_in + kTreeWidth - 1) / kTreeWidth;
+    return groups;
 }
 
 int64_t grid_for(int64_t items) { return (items + kThreads - 1) / kThreads; }
@@ -281,7 +299,8 @@ int64_t rows_per_item(int64_t rows, int64_t columns, int64_t want) {
 
 /* Fills the launch arguments of tensors [first, first + count) of a call. */
 void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &call, int first,
-               int count, float *partials, int64_t roots, int force_split) {
+               int count, float *partials, unsigned *counters, const TreePlan *tree,
+               int cooperative) {
     const cake_conv_params *p = cake_params_or_default(call.params);
     const int V = variant_of(p);
     const int backward = call.backward;
@@ -300,7 +319,14 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
                                                               : forward_items_wanted(plan, V));
     /* Too few dw blocks to fill the GPU: the tiles (ordinary launches), or the split walk
      * (cooperative: dx apart, in short runs, next to the dw chains). */
-    a.split = backward && (force_split || a.num_blocks * columns < resident_threads(plan) / 8);
+    a.split = backward && (cooperative || a.num_blocks * columns < resident_threads(plan) / 8);
+    /* the fused walk folds (ordinary launches; the tiles and the split walk leave it to the
+     * tree's launches, the cooperative kernel to its own passes) */
+    if (backward && !cooperative && !a.split && CAKE_CUDA_TILE_BACKWARD != 2) {
+        a.fold_passes = fold_passes_of(*tree);
+        for (int p = 0; p < a.fold_passes; p++) a.fold[p] = tree->pass[p];
+    }
+    const int64_t roots = backward ? tree->total_roots : 0;
     int64_t work = 0, dx_work = 0;
     for (int k = 0; k < count; k++) {
         const int i = first + k;
@@ -323,6 +349,8 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
             T.dbias = p->dbias ? p->dbias[i] : NULL;
             T.partials = partials;
             partials += roots * taps_of(V) * C;
+            T.counters = counters;
+            counters += fold_counters_per_column(*tree) * (C / kBackwardColumn);
             work += a.num_blocks * (C / column);
             if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / column);
         } else {
@@ -363,11 +391,7 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
     return CAKE_SUCCESS;
 }
 
-extern "C" int64_t cake_cuda_tree_roots(int64_t rows) {
-    int64_t roots;
-    plan_tree((rows + kBlockRows - 1) / kBlockRows, &roots);
-    return roots;
-}
+static TreePlan tree_of_rows(int64_t rows) { return plan_tree((rows + kBlockRows - 1) / kBlockRows); }
 
 extern "C" int cake_cuda_cooperative_supported(void) {
     int device, supported = 0;
@@ -381,23 +405,26 @@ extern "C" cake_status cake_cuda_kernel_workspace_bytes(int64_t rows, int num_te
                                                         const int64_t *channels,
                                                         const cake_conv_params *params,
                                                         size_t *bytes) {
-    const int64_t roots = cake_cuda_tree_roots(rows);
+    const TreePlan tree = tree_of_rows(rows);
     const int64_t taps = taps_of(variant_of(cake_params_or_default(params)));
-    int64_t total = 0;
+    const int64_t counters = fold_counters_per_column(tree);
+    int64_t total = 0, total_counters = 0; /* bytes of partials; counters */
     for (int i = 0; i < num_tensors; i++) {
         int64_t column;
         if (channels[i] <= 0 || channels[i] % 8 != 0)
             return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                              "channels[%d]: expected a positive multiple of 8, got %lld", i,
                              (long long)channels[i]);
-        if (!cake_mul_fits(roots, taps * channels[i], &column) ||
-            !cake_mul_fits(column, (int64_t)sizeof(float), &column) || column > INT64_MAX - total)
+        if (!cake_mul_fits(tree.total_roots, taps * channels[i], &column) ||
+            !cake_mul_fits(column, (int64_t)sizeof(float), &column) || column > INT64_MAX / 2 - total)
             return cake_fail(CAKE_ERROR_INVALID_ARGUMENT,
                              "channels[%d]: %lld channels overflow the workspace size", i,
                              (long long)channels[i]);
         total += column;
+        total_counters += counters * (channels[i] / kBackwardColumn); /* below the partials */
     }
-    *bytes = (size_t)total;
+    /* the partials, then the fold's counters (16-byte aligned) */
+    *bytes = (size_t)((total + 15) / 16 * 16 + total_counters * (int64_t)sizeof(unsigned));
     return CAKE_SUCCESS;
 }
 
@@ -477,7 +504,7 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
     for (int first = 0; first < num_tensors; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
-        fill_args(a, plan, args, first, count, NULL, 0, 0);
+        fill_args(a, plan, args, first, count, NULL, NULL, NULL, 0);
         void *launch_args[] = {&a};
         if (coop) {
             CAKE_CHECK(launch_cooperative(kernels.forward, resident, a.total_work, launch_args,
@@ -537,15 +564,31 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
     const int V = variant_of(p);
     const Kernels &kernels = kKernels[V];
     const int coop = pick_cooperative(cooperative);
-    int64_t roots;
-    const TreePlan tree = plan_tree((rows + kBlockRows - 1) / kBlockRows, &roots);
+    const TreePlan tree = tree_of_rows(rows);
     cake_status status = CAKE_SUCCESS;
     float *partials = (float *)workspace;
+    int64_t partial_floats = 0;
+    for (int i = 0; i < num_tensors; i++) partial_floats += tree.total_roots * taps_of(V) * channels[i];
+    unsigned *counters = (unsigned *)((char *)workspace + (partial_floats * 4 + 15) / 16 * 16);
     for (int first = 0; first < num_tensors && status == CAKE_SUCCESS; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
-        fill_args(a, plan, args, first, count, partials, roots, coop);
-        for (int i = 0; i < count; i++) partials += roots * taps_of(V) * channels[first + i];
+        fill_args(a, plan, args, first, count, partials, counters, &tree, coop);
+        int64_t chunk_counters = 0;
+        for (int i = 0; i < count; i++) {
+            partials += tree.total_roots * taps_of(V) * channels[first + i];
+            chunk_counters += fold_counters_per_column(tree) * (channels[first + i] / kBackwardColumn);
+        }
+        if (a.fold_passes > 0) { /* every arrival counts from zero */
+            const cudaError_t err =
+                cudaMemsetAsync(counters, 0, sizeof(unsigned) * (size_t)chunk_counters, stream);
+            if (err != cudaSuccess) {
+                status = cake_fail(CAKE_ERROR_CUDA, "cudaMemsetAsync(fold counters): %s",
+                                   cudaGetErrorString(err));
+                break;
+            }
+        }
+        counters += chunk_counters;
         if (coop) {
             const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
             int64_t resident = 0;
@@ -573,7 +616,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
                 status = launch(a.split ? kernels.backward_split : kernels.backward_fused, blocks,
                                 launch_args, stream, "backward kernel");
         }
-        for (int pass = 0; pass < tree.num_passes && status == CAKE_SUCCESS; pass++) {
+        for (int pass = a.fold_passes; pass < tree.num_passes && status == CAKE_SUCCESS; pass++) {
             int64_t items = 0;
             const int64_t groups = (tree.pass[pass].n_in + kTreeWidth - 1) / kTreeWidth;
             for (int i = 0; i < count; i++) items += groups * taps_of(V) * a.t[i].channels;

@@ -28,15 +28,16 @@ constexpr int kStepRows = 8;      /* rows whose loads are issued together (backw
 #define CAKE_CUDA_FORWARD_STEP_ROWS 8
 #endif
 constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
-/* Steps in flight (loads run this far ahead of the math), measured best on the H200. */
+/* Steps in flight (loads run this far ahead of the math), measured best on the H200: the plain
+ * and bias forwards at 1 (each step's loads, then its math; other warps hide the wait), SiLU's
+ * at 2. Side by side (docs/PERFORMANCE.md): plain main forward 416.4 -> 409.7 us queued,
+ * 3 x [8192, 4096] 109.8 -> 106.5, small 8.1 -> 7.8 with 1; SiLU's main forward 741.5 -> 763.3
+ * with 1. */
 #ifndef CAKE_CUDA_FORWARD_STAGES
-#define CAKE_CUDA_FORWARD_STAGES 2
+#define CAKE_CUDA_FORWARD_STAGES 1
 #endif
-/* SiLU's forward may take its own count: one stage made the plain forward 2 % faster and the
- * SiLU forward 3 % slower on the H200 (docs/PERFORMANCE.md, `fwd-stages1`); the split is the
- * variant `fwd-plain-stages1`, not yet measured. */
 #ifndef CAKE_CUDA_FORWARD_SILU_STAGES
-#define CAKE_CUDA_FORWARD_SILU_STAGES CAKE_CUDA_FORWARD_STAGES
+#define CAKE_CUDA_FORWARD_SILU_STAGES 2
 #endif
 #ifndef CAKE_CUDA_BACKWARD_STAGES
 #define CAKE_CUDA_BACKWARD_STAGES 3
@@ -79,11 +80,28 @@ struct TensorArgs {
     const float *w;
     const float *bias;        /* [channels], with a bias */
     float *partials;          /* backward: [levels][taps][channels] fp32, see TreePass */
+    unsigned *counters;       /* fused backward's fold: arrivals, [fold levels' groups][columns] */
     float *dw, *dbias;
     int64_t channels;
     int64_t work_begin; /* first item of this tensor in the launch's flat item space */
     int64_t dx_begin;   /* split backward: first dx item of this tensor */
 };
+
+/* One pass of the dw tree: level `in` (n_in roots per column) to level `in + 1`. */
+struct TreePass {
+    int64_t n_in, in_offset, out_offset; /* offsets in units of taps * channels floats */
+    int64_t group_offset;                /* fold: the counters of earlier levels, in groups */
+    int final_pass;                      /* n_in <= kTreeWidth: write dw (and dbias) */
+};
+
+/* 1: the fused backward folds the tree's first passes itself (fold_block), no tree launch for
+ * them; 0 (default): a launch per pass. Measured on the H200 side by side, the fold lost: main
+ * plain backward 707.1 -> 738.8 us queued, 3 x [8192, 4096] 188.0 -> 200.6, SiLU's 1407.5 ->
+ * 1440.8, more than the two launches it saves (docs/PERFORMANCE.md). */
+#ifndef CAKE_CUDA_DW_FOLD
+#define CAKE_CUDA_DW_FOLD 0
+#endif
+constexpr int kMaxFoldPasses = 2; /* tree passes the fused backward folds itself */
 
 struct ConvArgs {
     int num_tensors;
@@ -96,13 +114,9 @@ struct ConvArgs {
     int64_t total_work;        /* items of the launch (fused backward, forward) */
     int64_t dx_work;           /* split backward: dx items; total_work then counts dw items */
     int split;                 /* backward: dx and dw in separate walks */
+    int fold_passes;           /* fused backward: the first tree passes, folded by the kernel */
+    TreePass fold[kMaxFoldPasses];
     TensorArgs t[kMaxTensors];
-};
-
-/* One pass of the dw tree: level `in` (n_in roots per column) to level `in + 1`. */
-struct TreePass {
-    int64_t n_in, in_offset, out_offset; /* offsets in units of taps * channels floats */
-    int final_pass;                      /* n_in <= kTreeWidth: write dw (and dbias) */
 };
 
 __device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
@@ -137,18 +151,31 @@ __device__ __forceinline__ float canonical(float f) {
 #endif
 constexpr bool kHwBf16 = CAKE_CUDA_HW_BF16 != 0;
 constexpr bool kHwBf16Dx = kHwBf16 && CAKE_CUDA_HW_BF16_DX != 0;
+/* A converted pair p of (even, odd) with a NaN's half set to the canonical 0x7fc0. */
+__device__ __forceinline__ uint32_t canonical_pair(uint32_t p, float even, float odd) {
+    if (even != even) p = (p & 0xffff0000u) | 0x7fc0u;
+    if (odd != odd) p = (p & 0x0000ffffu) | 0x7fc00000u;
+    return p;
+}
+
+/* pack2 without the NaN check of the hardware's conversion: for a pair the caller knows holds
+ * no NaN, or passes to canonical_pair itself. */
 template <bool kHw>
-__device__ __forceinline__ uint32_t pack2(float even, float odd) {
+__device__ __forceinline__ uint32_t pack2_unchecked(float even, float odd) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     if (kHw) {
         uint32_t p;
         asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(p) : "f"(odd), "f"(even)); /* a: high half */
-        if (even != even) p = (p & 0xffff0000u) | 0x7fc0u;
-        if (odd != odd) p = (p & 0x0000ffffu) | 0x7fc00000u;
         return p;
     }
 #endif
     return to_bf16(even) | (to_bf16(odd) << 16);
+}
+
+template <bool kHw>
+__device__ __forceinline__ uint32_t pack2(float even, float odd) {
+    const uint32_t p = pack2_unchecked<kHw>(even, odd);
+    return kHw ? canonical_pair(p, even, odd) : p; /* to_bf16 makes its own NaN canonical */
 }
 
 /* L consecutive channel pairs of one row (4L bytes, one vector access). */
@@ -366,6 +393,7 @@ __host__ __device__ constexpr int forward_lanes(int V) {
     return (V & kSilu) ? CAKE_CUDA_FORWARD_SILU_LANES : CAKE_CUDA_FORWARD_LANES;
 }
 constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
+constexpr int kBackwardColumn = 2 * kBackwardLanes; /* channels of one backward thread */
 
 /* SiLU's forward by the quick sequence, the full one only where the quick one cannot decide the
  * bf16 (same bits: docs/NUMERICS.md 9.8); CAKE_CUDA_SILU_QUICK=0 runs the full sequence for every
@@ -381,6 +409,13 @@ constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
 #ifndef CAKE_CUDA_SILU_FULL_CALL
 #define CAKE_CUDA_SILU_FULL_CALL 1
 #endif
+/* 1: silu_step makes only the full sequence's NaNs canonical (the quick sequence never gives a
+ * NaN), two compares and two selections a pair fewer; 0: pack2's check on every pair. H200,
+ * main-shape bias + SiLU forward 650.7 -> 612.8 us queued (docs/PERFORMANCE.md). */
+#ifndef CAKE_CUDA_SILU_NAN_BY_FULL
+#define CAKE_CUDA_SILU_NAN_BY_FULL 1
+#endif
+constexpr bool kSiluNanByFull = CAKE_CUDA_SILU_NAN_BY_FULL != 0;
 #if CAKE_CUDA_SILU_FULL_CALL
 static __device__ __noinline__ float silu_full(float a) { return cake_silu(a); }
 #else
@@ -492,13 +527,25 @@ struct ForwardOp {
                         }
                     }
             }
+            /* A NaN y comes only from the full sequence (the quick one decides finite a alone),
+             * so only its elements need the canonical NaN of pack2. */
+            Vec<L> y[kSiluBatch];
 #pragma unroll
-            for (int b = 0; b < kSiluBatch; b++) {
-                Vec<L> y;
+            for (int b = 0; b < kSiluBatch; b++)
 #pragma unroll
-                for (int l = 0; l < L; l++) y.p[l] = pack2<kHwBf16>(q[b][l].x, q[b][l].y);
-                store_vec<L>(T.y + (t + r0 + b) * T.channels + c, y);
+                for (int l = 0; l < L; l++)
+                    y[b].p[l] = kSiluNanByFull ? pack2_unchecked<kHwBf16>(q[b][l].x, q[b][l].y)
+                                               : pack2<kHwBf16>(q[b][l].x, q[b][l].y);
+            if (kSiluNanByFull && kHwBf16 && full) {
+#pragma unroll
+                for (int b = 0; b < kSiluBatch; b++)
+#pragma unroll
+                    for (int l = 0; l < L; l++)
+                        if ((full >> (2 * (b * L + l))) & 3u)
+                            y[b].p[l] = canonical_pair(y[b].p[l], q[b][l].x, q[b][l].y);
             }
+#pragma unroll
+            for (int b = 0; b < kSiluBatch; b++) store_vec<L>(T.y + (t + r0 + b) * T.channels + c, y[b]);
         }
         x0 = x_at(s, h, kRows - 3);
         x1 = x_at(s, h, kRows - 2);
@@ -762,30 +809,85 @@ __device__ __forceinline__ void dx_item(const ConvArgs &a, const TensorArgs &T, 
     walk_rows(a, T, op, t0, t1, c);
 }
 
-/* One tree thread: folds up to 32 consecutive roots of one (tap, channel) column by the
- * bottom-up pairwise rule (level s adds a[i + s] into a[i] for i a multiple of 2s, when
- * i + s < m). Over aligned groups of 32 this is exactly the fixed tree. Columns are
- * [tap][channel]; tap 4 is dbias. */
-template <int V>
-__device__ void tree_item(const TensorArgs &T, const TreePass &pass, int64_t group, int64_t col) {
-    const int64_t stride = taps_of(V) * T.channels;
-    const int64_t first = group * kTreeWidth;
-    const int64_t m = pass.n_in - first < kTreeWidth ? pass.n_in - first : kTreeWidth;
-    const float *src = T.partials + (pass.in_offset + first) * stride + col;
-    float v[kTreeWidth];
+/* The tree's rule on up to 32 consecutive roots of W adjacent columns (src: the first root's
+ * first column, `stride` floats between roots): bottom-up pairwise, level s adding a[i + s]
+ * into a[i] for i a multiple of 2s when i + s < m. Over aligned groups of 32 this is exactly the
+ * fixed tree. The loads bypass L1 (__ldcg): the fused backward folds roots that other
+ * multiprocessors wrote during the same kernel. */
+template <int W>
+__device__ __forceinline__ void fold_roots(const float *src, int64_t stride, int64_t m, float (&out)[W]) {
+    static_assert(W == 1 || W == 2, "one column or an even-odd pair");
+    float v[kTreeWidth][W];
 #pragma unroll
-    for (int l = 0; l < kTreeWidth; l++) v[l] = l < m ? src[l * stride] : 0.0f;
+    for (int l = 0; l < kTreeWidth; l++) {
+        if (W == 1) {
+            v[l][0] = l < m ? __ldcg(src + l * stride) : 0.0f;
+        } else {
+            const float2 u = l < m ? __ldcg(reinterpret_cast<const float2 *>(src + l * stride))
+                                   : make_float2(0.0f, 0.0f);
+            v[l][0] = u.x;
+            v[l][W - 1] = u.y;
+        }
+    }
 #pragma unroll
     for (int s = 1; s < kTreeWidth; s *= 2)
 #pragma unroll
         for (int i = 0; i + s < kTreeWidth; i += 2 * s)
-            if (i + s < m) v[i] = __fadd_rn(v[i], v[i + s]);
-    if (pass.final_pass) {
-        const int64_t k = col / T.channels, c = col % T.channels;
-        if (k < 4) T.dw[c * 4 + k] = canonical(v[0]);
-        else T.dbias[c] = canonical(v[0]);
-    } else {
-        T.partials[(pass.out_offset + group) * stride + col] = v[0];
+            if (i + s < m)
+#pragma unroll
+                for (int w = 0; w < W; w++) v[i][w] = __fadd_rn(v[i][w], v[i + s][w]);
+#pragma unroll
+    for (int w = 0; w < W; w++) out[w] = v[0][w];
+}
+
+/* Group `group` of a pass for W adjacent columns from col: its root at the next level, or on
+ * the final pass dw (and dbias). Columns are [tap][channel]; tap 4 is dbias. */
+template <int V, int W>
+__device__ __forceinline__ void fold_group(const TensorArgs &T, const TreePass &pass, int64_t group,
+                                           int64_t col) {
+    const int64_t stride = taps_of(V) * T.channels;
+    const int64_t first = group * kTreeWidth;
+    const int64_t m = pass.n_in - first < kTreeWidth ? pass.n_in - first : kTreeWidth;
+    float v[W];
+    fold_roots<W>(T.partials + (pass.in_offset + first) * stride + col, stride, m, v);
+    const int64_t k = col / T.channels, c = col % T.channels;
+#pragma unroll
+    for (int w = 0; w < W; w++) {
+        if (!pass.final_pass) T.partials[(pass.out_offset + group) * stride + col + w] = v[w];
+        else if (k < 4) T.dw[(c + w) * 4 + k] = canonical(v[w]);
+        else T.dbias[c + w] = canonical(v[w]);
+    }
+}
+
+/* One tree thread of a tree pass: one group of one (tap, channel) column. */
+template <int V>
+__device__ void tree_item(const TensorArgs &T, const TreePass &pass, int64_t group, int64_t col) {
+    fold_group<V, 1>(T, pass, group, col);
+}
+
+/* After the fused backward stored dw block b's partials of channels [c, c + kBackwardColumn):
+ * the fold passes of the tree for those columns, each group by the thread that completes it.
+ * Every thread of a group's blocks counts its arrival (its stores made visible first); the last
+ * one folds the group in the tree's order and arrives at the next level. The counters are zeroed
+ * before the launch (cake_cuda_backward). */
+template <int V>
+__device__ void fold_block(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
+    const int64_t columns = T.channels / kBackwardColumn;
+    int64_t root = b;
+    for (int p = 0; p < a.fold_passes; p++) {
+        const TreePass &pass = a.fold[p];
+        const int64_t group = root / kTreeWidth;
+        const int64_t m = pass.n_in - group * kTreeWidth < kTreeWidth ? pass.n_in - group * kTreeWidth
+                                                                      : kTreeWidth;
+        __threadfence(); /* this thread's roots of the level, before its arrival */
+        unsigned *counter = T.counters + (pass.group_offset + group) * columns + c / kBackwardColumn;
+        if (atomicAdd(counter, 1u) != (unsigned)(m - 1)) return;
+        __threadfence(); /* the other arrivals' roots, before the loads */
+#pragma unroll
+        for (int k = 0; k < taps_of(V); k++)
+#pragma unroll
+            for (int l = 0; l < kBackwardColumn; l += 2) fold_group<V, 2>(T, pass, group, k * T.channels + c + l);
+        root = group;
     }
 }
 

@@ -42,11 +42,8 @@ int64_t cake_cuda_plan_num_fragments(const cake_cuda_plan *plan);
 const int64_t *cake_cuda_plan_frag_start(const cake_cuda_plan *plan); /* device */
 /* Per fragment: its future rows inside its sequence, 0..3 (device). */
 const int32_t *cake_cuda_plan_future_valid(const cake_cuda_plan *plan);
-/* Roots of every level of the dw tree for S_local rows (the backward workspace per channel
- * and tap). */
-int64_t cake_cuda_tree_roots(int64_t rows);
-/* Bytes of the backward kernels' workspace (the tree levels of dw and dbias) for S_local rows;
- * checks the channel counts. */
+/* Bytes of the backward kernels' workspace (the tree levels of dw and dbias, and the fused
+ * backward's fold counters) for S_local rows; checks the channel counts. */
 cake_status cake_cuda_kernel_workspace_bytes(int64_t rows, int num_tensors,
                                              const int64_t *channels,
                                              const cake_conv_params *params, size_t *bytes);

@@ -269,6 +269,37 @@ void test_tree_depths(void **state) {
     TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
 }
 
+/* The same depths of the dw tree through the fused walk, whose kernel folds the tree's first two
+ * passes itself (each group by the thread that completes it): channels wide enough that the
+ * launcher picks the walk over the tiles (dw blocks x channel pairs at least an eighth of the
+ * device's resident threads, its rule), for 32 blocks (one folded pass), 33 and 515 (two, the
+ * last group partial) and 1100 (two folded, the third launched); against the reference too. */
+void test_tree_depths_fused(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_TREE + 1);
+    int bad = 0, device, sms, per_sm;
+    TU_CHECK(cudaGetDevice(&device) == cudaSuccess, "cudaGetDevice");
+    TU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device) ==
+                     cudaSuccess,
+             "cudaDeviceGetAttribute");
+    const int64_t walk_columns = (int64_t)sms * per_sm / 8; /* dw blocks x channel pairs */
+    static const int64_t blocks[] = {32, 33, 515, 1100};
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
+        const int64_t T = blocks[k] * 256 - (k % 2 ? 77 : 0);
+        const int64_t pairs = (walk_columns + blocks[k] - 1) / blocks[k];
+        const int64_t C[] = {(2 * pairs + 7) / 8 * 8};
+        const int64_t cu[] = {0, T / 3, T - 300, T};
+        char label[112];
+        snprintf(label, sizeof label, "dw tree folded by the walk, %" PRId64 " rows (%" PRId64
+                 " blocks), C = %" PRId64, T, (T + 255) / 256, C[0]);
+        bad += check_fixed_v(&r, label, cu, 3, 1, C, TU_CONTIGUOUS, 1, 0, NULL, NULL, 1,
+                             V_PLAIN | V_BIAS_SILU);
+    }
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
 /* More than 2^24 elements in one call: AUTO picks ordinary launches (by the launcher's rule), and
  * ON has to loop its capped grid over many items. Two variants per case. */
 void test_auto_large(void **state) {

@@ -337,6 +337,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(test_channel_counts),
             cmocka_unit_test(test_block_boundaries),
             cmocka_unit_test(test_tree_depths),
+            cmocka_unit_test(test_tree_depths_fused),
             cmocka_unit_test(test_nan_inf),
             cmocka_unit_test(test_nan_several_operands),
             cmocka_unit_test(test_random_trials),
