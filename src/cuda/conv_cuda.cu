@@ -214,6 +214,8 @@ TreePlan plan_tree(int64_t num_blocks) {
     return tree;
 }
 
+/* Tree passes the fused walk folds itself (CAKE_CUDA_DW_FOLD, conv_kernels.cuh): the first two,
+ * or none. */
 int fold_passes_of(const TreePlan &tree) {
     if (!CAKE_CUDA_DW_FOLD) return 0;
     return tree.num_passes < kMaxFoldPasses ? tree.num_passes : kMaxFoldPasses;
