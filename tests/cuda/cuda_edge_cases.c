@@ -269,11 +269,12 @@ void test_tree_depths(void **state) {
     TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
 }
 
-/* The same depths of the dw tree through the fused walk, whose kernel folds the tree's first two
- * passes itself (each group by the thread that completes it): channels wide enough that the
- * launcher picks the walk over the tiles (dw blocks x channel pairs at least an eighth of the
- * device's resident threads, its rule), for 32 blocks (one folded pass), 33 and 515 (two, the
- * last group partial) and 1100 (two folded, the third launched); against the reference too. */
+/* The same depths of the dw tree through the fused walk (the tests above have too few channels
+ * for it, so they run the tiles): channels wide enough that the launcher picks the walk (dw
+ * blocks x channel pairs at least an eighth of the device's resident threads, its rule), for 32
+ * blocks (one tree pass), 33 and 515 (two, the last group partial) and 1100 (three); against the
+ * reference too. With CAKE_CUDA_DW_FOLD=1 the walk's kernel folds the first two passes itself,
+ * and this is the test of that fold. */
 void test_tree_depths_fused(void **state) {
     (void)state;
     tu_rng r;
