@@ -221,6 +221,9 @@ int fold_passes_of(const TreePlan &tree) {
     return tree.num_passes < kMaxFoldPasses ? tree.num_passes : kMaxFoldPasses;
 }
 
+/* Where the fold's counters start in the workspace: after the partials, 16-byte aligned. */
+int64_t fold_counters_offset(int64_t partial_bytes) { return (partial_bytes + 15) / 16 * 16; }
+
 /* Arrival counters of the fold per backward column: one per group of each folded pass. */
 int64_t fold_counters_per_column(const TreePlan &tree) {
     int64_t groups = 0;
@@ -425,8 +428,7 @@ extern "C" cake_status cake_cuda_kernel_workspace_bytes(int64_t rows, int num_te
         total += column;
         total_counters += counters * (channels[i] / kBackwardColumn); /* below the partials */
     }
-    /* the partials, then the fold's counters (16-byte aligned) */
-    *bytes = (size_t)((total + 15) / 16 * 16 + total_counters * (int64_t)sizeof(unsigned));
+    *bytes = (size_t)(fold_counters_offset(total) + total_counters * (int64_t)sizeof(unsigned));
     return CAKE_SUCCESS;
 }
 
@@ -571,7 +573,8 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
     float *partials = (float *)workspace;
     int64_t partial_floats = 0;
     for (int i = 0; i < num_tensors; i++) partial_floats += tree.total_roots * taps_of(V) * channels[i];
-    unsigned *counters = (unsigned *)((char *)workspace + (partial_floats * 4 + 15) / 16 * 16);
+    unsigned *counters =
+        (unsigned *)((char *)workspace + fold_counters_offset(partial_floats * (int64_t)sizeof(float)));
     for (int first = 0; first < num_tensors && status == CAKE_SUCCESS; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
