@@ -10,8 +10,9 @@
  *
  * Only these operations appear: fp32 fma, add, subtract, multiply, one correctly rounded divide
  * per function (on the GPU computed as CUDA's own correctly rounded reciprocal computes it:
- * cake_act_recip_), compares, selections and integer operations on bit patterns. No libm function
- * other than fmaf (an exact IEEE operation; a libm call in builds without hardware fma), no rint
+ * cake_act_recip_), compares, selections and integer operations on bit patterns (in device code
+ * also fabsf and fminf, exact and one instruction each). No libm function other than fmaf (an
+ * exact IEEE operation; a libm call in builds without hardware fma), no rint
  * (rounding to an integer is an fma with 1.5 * 2^23), no double, no table, no branch: the plain
  * loop over an array vectorises. A NaN input is returned unchanged. (The quick sequence at the
  * end only decides a bf16: on the GPU its exponential and its divide are the hardware's
@@ -114,10 +115,18 @@ typedef struct cake_act_core_ {
 
 CAKE_ACT_FN cake_act_core_ cake_act_core_eval_(float a) {
     cake_act_core_ k;
-    /* E1: |a| clamped to 128 on the bit pattern (integer min; every NaN is above 128) */
-    const uint32_t u = cake_act_bits_(a), mag = u & 0x7fffffffu;
+    /* E1: |a| clamped to 128: on the CPU on the bit pattern (integer min; every NaN is above
+     * 128), on the GPU by one float min on |a| (FMNMX, which returns 128 for a NaN): the same
+     * t for every input, one instruction fewer. */
+    const uint32_t u = cake_act_bits_(a);
+#if defined(__CUDA_ARCH__)
+    const float t = fminf(fabsf(a), 0x1p+7f);
+    const uint32_t tb = cake_act_bits_(t);
+#else
+    const uint32_t mag = u & 0x7fffffffu;
     const uint32_t tb = mag < 0x43000000u ? mag : 0x43000000u;
     const float t = cake_act_float_(tb);
+#endif
     k.ac = cake_act_float_(tb | (u & 0x80000000u));
     k.neg = 0u - (u >> 31);
     /* E2: n = rint(-t * log2(e)), ties to even: the fma rounds to an integer at 1.5 * 2^23,
@@ -224,8 +233,9 @@ CAKE_ACT_FN float cake_silu_quick_recip_(float d) {
 #endif
 }
 
-/* Q1-Q2 on the GPU: E = e^-t from the hardware's 2^x (MUFU.EX2; CUDA documents its exp2f, this
- * instruction, within 2 ulp), with CAKE_SILU_QUICK_EX2 (default 1). Its argument -t log2(e) is
+/* Q1-Q2 on the GPU: E = e^-t (t = |a|, or a itself with CAKE_SILU_QUICK_SIGNED) from the
+ * hardware's 2^x (MUFU.EX2; CUDA documents its exp2f, this instruction, within 2 ulp), with
+ * CAKE_SILU_QUICK_EX2 (default 1). Its argument -t log2(e) is
  * carried as xh + xl: xh the rounded product, xl the product's rounding error (exact by an fma)
  * plus t times the part of log2(e) below the fp32 constant, so E = 2^xh 2^xl = 2^xh (1 + xl ln2)
  * to 2^-35 (|xl| < 2^-17). Six instructions, none of them integer, against Q1-Q2's eleven (two
@@ -246,8 +256,39 @@ static __device__ __forceinline__ float cake_silu_quick_exp_(float t) {
 }
 #endif
 
+/* Q5: whether bf16(q) = bf16(cake_silu(a)) is guaranteed: |a| <= 64 and q's low 16 bits more
+ * than the distance away from the bf16 rounding midpoint 0x8000. In device code both tests take
+ * one instruction each: |a| by the compare's absolute-value operand (FSETP), and the window test
+ * on the low half moved to the top, v = (low - (0x8000 - D)) mod 2^16, times 2^16 (one IMAD),
+ * which is above 2D exactly when v > (2D << 16) + 0xffff. On the CPU, the same test on the
+ * integers as they are (what the vectoriser compiles best). */
+CAKE_ACT_FN uint32_t cake_silu_quick_decides_(float a, float q) {
+#if defined(__CUDA_ARCH__)
+    const uint32_t v = (cake_act_bits_(q) << 16) - ((0x8000u - CAKE_SILU_QUICK_DISTANCE) << 16);
+    return (uint32_t)(fabsf(a) <= 0x1p+6f) &
+           (uint32_t)(v > ((2u * CAKE_SILU_QUICK_DISTANCE) << 16) + 0xffffu);
+#else
+    const uint32_t low = cake_act_bits_(q) & 0xffffu;
+    return (uint32_t)((cake_act_bits_(a) & 0x7fffffffu) <= 0x42800000u) &
+           (uint32_t)(low - (0x8000u - CAKE_SILU_QUICK_DISTANCE) > 2u * CAKE_SILU_QUICK_DISTANCE);
+#endif
+}
+
+/* Q4 on the GPU, with CAKE_SILU_QUICK_SIGNED (default 1; needs CAKE_SILU_QUICK_EX2): q = a s with
+ * s = 1 / (1 + e^-a) for either sign of a, E = e^-a from cake_silu_quick_exp_(a) (for a < 0 up to
+ * e^64, far inside fp32), instead of E = e^-|a| and q = a E s for negative a. No sign mask, no
+ * selection and one multiply fewer; for a < 0 the error moves from a E (one rounding) to
+ * 1 + E (one rounding), and the GPU's q stays inside the guard, measured on every input by
+ * tests/cuda/test_activation_cuda.cu (docs/NUMERICS.md 9.8). 0: Q1-Q4 as below. */
+#ifndef CAKE_SILU_QUICK_SIGNED
+#define CAKE_SILU_QUICK_SIGNED 1
+#endif
+
 /* q (Q1-Q4), and through *ok whether bf16(q) = bf16(cake_silu(a)) is guaranteed (Q5). */
 CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
+#if defined(__CUDA_ARCH__) && CAKE_SILU_QUICK_EX2 && CAKE_SILU_QUICK_SIGNED
+    const float q = a * cake_silu_quick_recip_(0x1p+0f + cake_silu_quick_exp_(a));
+#else
     const uint32_t u = cake_act_bits_(a), mag = u & 0x7fffffffu;
     const float t = cake_act_float_(mag);
     const uint32_t neg = 0u - (u >> 31);
@@ -270,10 +311,8 @@ CAKE_ACT_FN float cake_silu_quick_(float a, uint32_t *ok) {
     const float s = cake_silu_quick_recip_(0x1p+0f + e);
     /* Q4: q = a E' s, E' = E for negative a, else 1 */
     const float q = (a * cake_act_sel_(neg, e, 0x1p+0f)) * s;
-    /* Q5: |a| <= 64 and q's low half more than the distance away from the midpoint */
-    const uint32_t low = cake_act_bits_(q) & 0xffffu;
-    *ok = (uint32_t)(mag <= 0x42800000u) &
-          (uint32_t)(low - (0x8000u - CAKE_SILU_QUICK_DISTANCE) > 2u * CAKE_SILU_QUICK_DISTANCE);
+#endif
+    *ok = cake_silu_quick_decides_(a, q);
     return q;
 }
 

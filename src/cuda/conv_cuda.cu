@@ -95,14 +95,16 @@ __device__ void tree_items(const ConvArgs &a, const TreePass &pass) {
 }
 
 /* Forward blocks per SM the registers must allow (a bound the compiler keeps without spilling
- * for the lanes and rows in flight chosen). SiLU is bound by its arithmetic: at 3 blocks (80
- * registers) its main-shape forward took 1237-1239 us on the H200 against 1312-1318 at 2 (128
- * registers) and 1262 at 4 (spills), side by side (docs/PERFORMANCE.md). */
+ * for the lanes and rows in flight chosen). SiLU is bound by its arithmetic and gains from more
+ * warps to interleave: since its quick sequence needs fewer registers, 4 blocks (64 registers)
+ * with one load stage fit without spilling, and its main-shape forward takes 504.9 us queued on
+ * the H200 against 530.4 at 3 blocks (80 registers, two stages), side by side
+ * (docs/PERFORMANCE.md). */
 #ifndef CAKE_CUDA_FORWARD_MIN_BLOCKS
 #define CAKE_CUDA_FORWARD_MIN_BLOCKS 2
 #endif
 #ifndef CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS
-#define CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS 3
+#define CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS 4
 #endif
 template <int V>
 __global__ void __launch_bounds__(kThreads, (V & kSilu) ? CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS

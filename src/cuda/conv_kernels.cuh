@@ -28,16 +28,16 @@ constexpr int kStepRows = 8;      /* rows whose loads are issued together (backw
 #define CAKE_CUDA_FORWARD_STEP_ROWS 8
 #endif
 constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
-/* Steps in flight (loads run this far ahead of the math), measured best on the H200: the plain
- * and bias forwards at 1 (each step's loads, then its math; other warps hide the wait), SiLU's
- * at 2. Side by side (docs/PERFORMANCE.md): plain main forward 416.4 -> 409.7 us queued,
- * 3 x [8192, 4096] 109.8 -> 106.5, small 8.1 -> 7.8 with 1; SiLU's main forward 741.5 -> 763.3
- * with 1. */
+/* Steps in flight (loads run this far ahead of the math), measured best on the H200: 1 (each
+ * step's loads, then its math; other warps hide the wait). Side by side (docs/PERFORMANCE.md):
+ * plain main forward 416.4 -> 409.7 us queued, 3 x [8192, 4096] 109.8 -> 106.5, small 8.1 -> 7.8
+ * with 1; SiLU's at 1 leaves the registers for a fourth block (CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS,
+ * 530.4 -> 504.9 us; at 3 blocks one stage lost, 545.1 against 531.9). */
 #ifndef CAKE_CUDA_FORWARD_STAGES
 #define CAKE_CUDA_FORWARD_STAGES 1
 #endif
 #ifndef CAKE_CUDA_FORWARD_SILU_STAGES
-#define CAKE_CUDA_FORWARD_SILU_STAGES 2
+#define CAKE_CUDA_FORWARD_SILU_STAGES 1
 #endif
 #ifndef CAKE_CUDA_BACKWARD_STAGES
 #define CAKE_CUDA_BACKWARD_STAGES 3
@@ -421,6 +421,12 @@ static __device__ __noinline__ float silu_full(float a) { return cake_silu(a); }
 #else
 static __device__ __forceinline__ float silu_full(float a) { return cake_silu(a); }
 #endif
+/* f, through an instruction the compiler cannot see into: a value it must compute again from. */
+__device__ __forceinline__ float opaque_f32(float f) {
+    float r;
+    asm("mov.b32 %0, %1;" : "=f"(r) : "f"(f));
+    return r;
+}
 __device__ __forceinline__ float silu_for_y(float a) {
     if (!CAKE_CUDA_SILU_QUICK) return cake_silu(a);
     uint32_t ok;
@@ -497,13 +503,12 @@ struct ForwardOp {
     static constexpr int kSiluBatch =
         CAKE_CUDA_SILU_BATCH_ROWS < 1 ? 1 : CAKE_CUDA_SILU_BATCH_ROWS < kRows ? CAKE_CUDA_SILU_BATCH_ROWS : kRows;
     __device__ __forceinline__ void silu_step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
-        static_assert(kSiluBatch * L * 2 <= 32, "one bit per element of a batch");
         static_assert(kRows % kSiluBatch == 0, "whole batches in a step");
         const Vec<L> h[3] = {x0, x1, x2};
 #pragma unroll
         for (int r0 = 0; r0 < kRows; r0 += kSiluBatch) {
             float2 q[kSiluBatch][L];
-            uint32_t full = 0; /* bit 2 (b L + l) for the even channel, the next for the odd */
+            bool undecided = false; /* an element of the batch whose bf16 q cannot decide */
 #pragma unroll
             for (int b = 0; b < kSiluBatch; b++)
 #pragma unroll
@@ -512,23 +517,24 @@ struct ForwardOp {
                     uint32_t ok_e, ok_o;
                     q[b][l].x = cake_silu_quick_(a.x, &ok_e);
                     q[b][l].y = cake_silu_quick_(a.y, &ok_o);
-                    full |= ((ok_e ^ 1u) | ((ok_o ^ 1u) << 1)) << (2 * (b * L + l));
+                    undecided |= (ok_e & ok_o) == 0u;
                 }
-            if (full) {
+            /* Rare: the elements are found again (q kept, a recomputed: the same fmas, the same
+             * bits), so the common path keeps one flag, not a bit per element (a and q pass through
+             * opaque_f32, or the compiler keeps each element's test results from above). */
+            if (undecided) {
 #pragma unroll
                 for (int b = 0; b < kSiluBatch; b++)
 #pragma unroll
                     for (int l = 0; l < L; l++) {
-                        const uint32_t m = full >> (2 * (b * L + l));
-                        if (m & 3u) {
-                            const float2 a = a_at(s, h, r0 + b, l);
-                            if (m & 1u) q[b][l].x = silu_full(a.x);
-                            if (m & 2u) q[b][l].y = silu_full(a.y);
-                        }
+                        const float2 a = a_at(s, h, r0 + b, l);
+                        const float ae = opaque_f32(a.x), ao = opaque_f32(a.y);
+                        if (!cake_silu_quick_decides_(ae, opaque_f32(q[b][l].x))) q[b][l].x = silu_full(ae);
+                        if (!cake_silu_quick_decides_(ao, opaque_f32(q[b][l].y))) q[b][l].y = silu_full(ao);
                     }
             }
             /* A NaN y comes only from the full sequence (the quick one decides finite a alone),
-             * so only its elements need the canonical NaN of pack2. */
+             * so only a batch that ran it needs the canonical NaN of pack2. */
             Vec<L> y[kSiluBatch];
 #pragma unroll
             for (int b = 0; b < kSiluBatch; b++)
@@ -536,13 +542,11 @@ struct ForwardOp {
                 for (int l = 0; l < L; l++)
                     y[b].p[l] = kSiluNanByFull ? pack2_unchecked<kHwBf16>(q[b][l].x, q[b][l].y)
                                                : pack2<kHwBf16>(q[b][l].x, q[b][l].y);
-            if (kSiluNanByFull && kHwBf16 && full) {
+            if (kSiluNanByFull && kHwBf16 && undecided) {
 #pragma unroll
                 for (int b = 0; b < kSiluBatch; b++)
 #pragma unroll
-                    for (int l = 0; l < L; l++)
-                        if ((full >> (2 * (b * L + l))) & 3u)
-                            y[b].p[l] = canonical_pair(y[b].p[l], q[b][l].x, q[b][l].y);
+                    for (int l = 0; l < L; l++) y[b].p[l] = canonical_pair(y[b].p[l], q[b][l].x, q[b][l].y);
             }
 #pragma unroll
             for (int b = 0; b < kSiluBatch; b++) store_vec<L>(T.y + (t + r0 + b) * T.channels + c, y[b]);
