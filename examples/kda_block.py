@@ -27,7 +27,6 @@ losses then differ in the last bits, and the script says so.)
 import argparse
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -156,22 +155,25 @@ def _gather(t, group):
     return parts
 
 
-def broadcast_status(status):
-    """Rank 0's exit status on every rank (one broadcast), then the process group destroyed.
+def finish(status):
+    """Ends a distributed run: rank 0's exit status broadcast to every rank, the process group
+    destroyed, then the process ended at once with that status (os._exit, stdout and stderr
+    flushed first). Never returns.
 
-    Returns only once gloo's worker thread has let go of the broadcast tensor: torch keeps the
-    group's threads past destroy_process_group(), and a worker that frees a tensor after Python
-    has dropped it must take the GIL; during the interpreter's shutdown (this is the last
-    communication before exit) that ends the process with std::terminate ("terminate called
-    without an active exception", torch 2.11 and 2.15). cake's own exchanges wait the same way."""
+    Why not return and let Python exit: gloo's worker threads outlive destroy_process_group(),
+    and one that frees a finished work's tensor after Python has dropped it must take the GIL;
+    during the interpreter's shutdown Python ends such a thread with pthread_exit, and the process
+    dies with std::terminate ("terminate called without an active exception", exit code -6;
+    torch 2.11 and 2.15, docs/RELIABILITY.md). Waiting for gloo to let go of the tensors made
+    that rare, not impossible (CI met it again). Nothing is left to do after the last
+    communication, so the shutdown skipped loses nothing, and no thread can meet it."""
     flag = torch.tensor([status])
     dist.broadcast(flag, 0)
-    for _ in range(100000):  # microseconds in practice; bounded
-        if flag._use_count() == 1:  # Python's reference alone
-            break
-        time.sleep(0)
+    status = int(flag.item())
     dist.destroy_process_group()
-    return int(flag.item())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def bitwise_expected(ranks, rows_per_rank):
@@ -234,7 +236,7 @@ def main(argv=None):
         print("losses:", [f"{v:.9g}" for v in losses.tolist()])
         args.verbose = False  # the same batch, in this process alone
         status = verdict(losses, train(args, solo, solo), world, args.rows_per_rank)
-    return broadcast_status(status)
+    finish(status)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import cake
 from cake import ShortConvolution  # with FLA: from fla.modules import ShortConvolution
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kda_block import (BLOCK, BlockLinear, blocks, broadcast_status, tree_sum,  # noqa: E402
+from kda_block import (BLOCK, BlockLinear, blocks, finish, tree_sum,  # noqa: E402
                        verdict, _gather)
 
 
@@ -206,7 +206,7 @@ def main(argv=None):
         print("losses:", [f"{v:.9g}" for v in losses.tolist()])
         args.verbose = False  # the same batch in this process alone, no context
         status = verdict(losses, train(args, "none"), world, args.rows_per_rank)
-    return broadcast_status(status)
+    finish(status)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ def _env():
 def launch(cmd):
     """Runs a `torch.distributed.run` command. (Its workers once aborted at exit with
     std::terminate now and then: gloo's worker threads outlived destroy_process_group and freed
-    a tensor during the interpreter's shutdown; the examples' last broadcast and cake's
-    exchanges now wait for gloo to let go of their tensors: no retry here.)"""
+    a tensor during the interpreter's shutdown; the examples now end a distributed run with
+    os._exit after their last communication (kda_block.finish), so no retry here.)"""
     return subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env())
 
 
