@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel variants (compile-time knobs of src/cuda/conv_kernels.cuh and conv_cuda.cu) built side
 # by side and timed in one device call: each line of VARIANTS is "name: nvcc -D flags".
-# Usage (device): bash dev/variants.sh [variants file]; logs and JSON under $OUT.
+# Usage (device): bash dev/variants.sh [variants file]; logs and JSON under $OUT. CHECK=1: also
+# GPU = CPU bitwise on each build (dev/check_variants.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cake-variants}
@@ -31,5 +32,9 @@ while IFS=: read -r name flags; do
   timeout 120 python3 bench/bench_gpu.py --lib "$lib" --quick --coop off --no-torch \
     --shapes ${SHAPES:-main,S=8192,small} --variants ${KINDS:-plain,bias+silu} \
     --json "$OUT/$name.json" 2>&1 | grep -E "^(main|S=8192|small) " | grep -E "cake|floor"
+  if [ "${CHECK:-0}" = 1 ]; then  # GPU = CPU on this build too (dev/check_variants.py)
+    timeout 100 python3 dev/check_variants.py --lib "$lib" > "$OUT/check-$name.log" 2>&1
+    echo "GPU = CPU ($name): $(tail -1 "$OUT/check-$name.log")"
+  fi
 done < "$file"
 echo "== end $((SECONDS - t0)) s"

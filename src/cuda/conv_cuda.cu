@@ -62,16 +62,16 @@ __device__ void backward_items(const ConvArgs &a) {
     for (int64_t item = first_item(); item < a.total_work + a.dx_work; item += item_stride()) {
         if (item < a.total_work) {
             const TensorArgs &T = a.t[tensor_of(a, item)];
-            const int64_t local = item - T.work_begin, columns = T.channels / kBackwardColumn;
-            const int64_t b = local / columns, c = kBackwardColumn * (local % columns);
+            const int64_t local = item - T.work_begin, columns = T.channels / backward_column(V);
+            const int64_t b = local / columns, c = backward_column(V) * (local % columns);
             backward_item<!kSplit, V>(a, T, b, c);
             if (!kSplit && CAKE_CUDA_DW_FOLD && a.fold_passes > 0) fold_block<V>(a, T, b, c);
         } else if (kSplit) {
             const int64_t dx = item - a.total_work;
             const TensorArgs &T = a.t[tensor_of_dx(a, dx)];
-            const int64_t local = dx - T.dx_begin, columns = T.channels / kBackwardColumn;
+            const int64_t local = dx - T.dx_begin, columns = T.channels / backward_column(V);
             dx_item<V>(a, T, (local / columns) * a.rows_per_item,
-                       kBackwardColumn * (local % columns));
+                       backward_column(V) * (local % columns));
         }
     }
 }
@@ -318,7 +318,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     a.future_valid = cake_cuda_plan_future_valid(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
-    const int column = backward ? kBackwardColumn : forward_column(V);
+    const int column = backward ? backward_column(V) : forward_column(V);
     int64_t columns = 0;
     for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
     /* (the backward's dx items, split cooperative calls only, keep the earlier rule) */
@@ -357,7 +357,7 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
             T.partials = partials;
             partials += roots * taps_of(V) * C;
             T.counters = counters;
-            counters += fold_counters_per_column(*tree) * (C / kBackwardColumn);
+            counters += fold_counters_per_column(*tree) * (C / backward_column(V));
             work += a.num_blocks * (C / column);
             if (a.split) dx_work += (a.rows + a.rows_per_item - 1) / a.rows_per_item * (C / column);
         } else {
@@ -392,6 +392,11 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)kTileSharedBytes),
                         "cudaFuncSetAttribute(backward tile kernel)");
+        if (backward_fused_shared_bytes(v) > 0) /* its load ring (CAKE_CUDA_BACKWARD_ASYNC_STAGES) */
+            CAKE_CUDA_CHECK(cudaFuncSetAttribute(kKernels[v].backward_fused,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 backward_fused_shared_bytes(v)),
+                            "cudaFuncSetAttribute(fused backward kernel)");
         f->forward_blocks_per_sm[v] = fwd;
         f->cooperative_backward_blocks_per_sm[v] = bwd;
     }
@@ -413,7 +418,8 @@ extern "C" cake_status cake_cuda_kernel_workspace_bytes(int64_t rows, int num_te
                                                         const cake_conv_params *params,
                                                         size_t *bytes) {
     const TreePlan tree = tree_of_rows(rows);
-    const int64_t taps = taps_of(variant_of(cake_params_or_default(params)));
+    const int V = variant_of(cake_params_or_default(params));
+    const int64_t taps = taps_of(V);
     const int64_t counters = fold_counters_per_column(tree);
     int64_t total = 0, total_counters = 0; /* bytes of partials; counters */
     for (int i = 0; i < num_tensors; i++) {
@@ -428,7 +434,7 @@ extern "C" cake_status cake_cuda_kernel_workspace_bytes(int64_t rows, int num_te
                              "channels[%d]: %lld channels overflow the workspace size", i,
                              (long long)channels[i]);
         total += column;
-        total_counters += counters * (channels[i] / kBackwardColumn); /* below the partials */
+        total_counters += counters * (channels[i] / backward_column(V)); /* below the partials */
     }
     *bytes = (size_t)(fold_counters_offset(total) + total_counters * (int64_t)sizeof(unsigned));
     return CAKE_SUCCESS;
@@ -584,7 +590,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         int64_t chunk_counters = 0;
         for (int i = 0; i < count; i++) {
             partials += tree.total_roots * taps_of(V) * channels[first + i];
-            chunk_counters += fold_counters_per_column(tree) * (channels[first + i] / kBackwardColumn);
+            chunk_counters += fold_counters_per_column(tree) * (channels[first + i] / backward_column(V));
         }
         if (a.fold_passes > 0) { /* every arrival counts from zero */
             const cudaError_t err =
@@ -621,7 +627,8 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             void *launch_args[] = {&a};
             if (status == CAKE_SUCCESS)
                 status = launch(a.split ? kernels.backward_split : kernels.backward_fused, blocks,
-                                launch_args, stream, "backward kernel");
+                                launch_args, stream, "backward kernel", kThreads,
+                                a.split ? 0 : backward_fused_shared_bytes(V));
         }
         for (int pass = a.fold_passes; pass < tree.num_passes && status == CAKE_SUCCESS; pass++) {
             int64_t items = 0;

@@ -379,7 +379,10 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
  * ones (dev/copy_widths.py on the H200: 3.93 against 3.66 TB/s), which the memory-bound plain
  * and bias forwards use (H200: 92 % of copy against 83 %); SiLU's forward is bound by its
  * arithmetic and runs faster with one pair and more warps (1.40 against 1.51 ms at the main
- * shape). The backward keeps one pair (its registers). */
+ * shape). The plain and bias backward takes two pairs (its ring in shared memory:
+ * CAKE_CUDA_BACKWARD_ASYNC_STAGES); SiLU's keeps one (its registers go to silu'). The split
+ * walks follow CAKE_CUDA_BACKWARD_LANES too: at two pairs their register rings spill (ptxas,
+ * about 550 bytes a thread), which only cooperative calls and tile-less builds run. */
 #ifndef CAKE_CUDA_FORWARD_LANES
 #define CAKE_CUDA_FORWARD_LANES 2
 #endif
@@ -387,13 +390,19 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
 #define CAKE_CUDA_FORWARD_SILU_LANES 1
 #endif
 #ifndef CAKE_CUDA_BACKWARD_LANES
-#define CAKE_CUDA_BACKWARD_LANES 1
+#define CAKE_CUDA_BACKWARD_LANES 2
+#endif
+#ifndef CAKE_CUDA_BACKWARD_SILU_LANES
+#define CAKE_CUDA_BACKWARD_SILU_LANES 1
 #endif
 __host__ __device__ constexpr int forward_lanes(int V) {
     return (V & kSilu) ? CAKE_CUDA_FORWARD_SILU_LANES : CAKE_CUDA_FORWARD_LANES;
 }
-constexpr int kBackwardLanes = CAKE_CUDA_BACKWARD_LANES;
-constexpr int kBackwardColumn = 2 * kBackwardLanes; /* channels of one backward thread */
+__host__ __device__ constexpr int backward_lanes(int V) {
+    return (V & kSilu) ? CAKE_CUDA_BACKWARD_SILU_LANES : CAKE_CUDA_BACKWARD_LANES;
+}
+/* Channels of one backward thread (the walks' items, the fold's counters). */
+__host__ __device__ constexpr int backward_column(int V) { return 2 * backward_lanes(V); }
 
 /* SiLU's forward by the quick sequence, the full one only where the quick one cannot decide the
  * bf16 (same bits: docs/NUMERICS.md 9.8); CAKE_CUDA_SILU_QUICK=0 runs the full sequence for every
@@ -785,10 +794,110 @@ struct BackwardSiluOp {
     }
 };
 
+/* ---- the fused plain and bias backward with its load ring in shared memory ------------------
+ * CAKE_CUDA_BACKWARD_ASYNC_STAGES = S > 0: the walk's loads go by cp.async (LDGSTS) into S
+ * stages of shared memory instead of registers, so the ring no longer costs the registers that
+ * kept the walk at one channel pair (4-byte accesses) a thread. Each thread copies and reads
+ * only its own slots, so no barrier: it waits for its own copy groups (cp.async.wait_group), one
+ * group a stage. A slot is refilled only after the step that read it (program order; the copy
+ * lands long after the earlier shared loads issued). 0: the ring in registers. H200, side by
+ * side, queued (docs/PERFORMANCE.md): S = 3 with two pairs a thread (8-byte accesses, 96 KB a
+ * block, 2 blocks a multiprocessor) took the main plain backward from 709.2 to 636.8 us (86.5 ->
+ * 98.5 % of copy), 3 x [8192, 4096] from 188.8 to 172.3; one pair with 6 stages or with 4 stages
+ * at 3 blocks lost (740.6, 727.9): the access width, not the depth, was the limit. */
+#ifndef CAKE_CUDA_BACKWARD_ASYNC_STAGES
+#define CAKE_CUDA_BACKWARD_ASYNC_STAGES 3
+#endif
+constexpr int kBackwardAsyncStages = CAKE_CUDA_BACKWARD_ASYNC_STAGES;
+
+/* Dynamic shared memory of the fused backward kernel of variant V. */
+__host__ __device__ constexpr int backward_fused_shared_bytes(int V) {
+    return (V & kSilu) || kBackwardAsyncStages == 0
+               ? 0
+               : kBackwardAsyncStages * kStepRows * 2 * kThreads * 4 * backward_lanes(V);
+}
+
+template <int B> /* bytes: 4, 8 or 16 */
+__device__ __forceinline__ void cp_async(void *dst, const void *src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (B == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(src), "n"(B) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Waits until at most n (<= N) of this thread's copy groups are pending. */
+template <int N>
+__device__ __forceinline__ void cp_async_wait_at_most(int n) {
+    if constexpr (N == 0) {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+    } else {
+        if (n >= N) asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+        else cp_async_wait_at_most<N - 1>(n);
+    }
+}
+
+template <int L>
+__device__ __forceinline__ Vec<L> shared_vec(const uint32_t *ptr) {
+    Vec<L> v;
+    if constexpr (L == 1) {
+        v.p[0] = *ptr;
+    } else if constexpr (L == 2) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(ptr);
+        v.p[0] = u.x;
+        v.p[1] = u.y;
+    } else {
+        const uint4 u = *reinterpret_cast<const uint4 *>(ptr);
+        v.p[0] = u.x;
+        v.p[1] = u.y;
+        v.p[2] = u.z;
+        v.p[3] = u.w;
+    }
+    return v;
+}
+
+template <int V, int L>
+struct BackwardAsyncOp : BackwardOp<true, true, V, L> {
+    using Base = BackwardOp<true, true, V, L>;
+    static constexpr int kStages = kBackwardAsyncStages;
+    static constexpr int kStride = kThreads * L;                 /* words between a thread's slots */
+    static constexpr int kStageWords = kStepRows * 2 * kStride; /* x and dy of kStepRows rows */
+    struct Stage {}; /* the slots are in shared memory, taken in order */
+    uint32_t *mine;  /* this thread's first slot: [stage][row][x, dy], kStride words apart */
+    int next_load = 0, next_step = 0, pending = 0;
+
+    __device__ __forceinline__ BackwardAsyncOp() {
+        extern __shared__ __align__(16) uint32_t walk_shared[];
+        mine = walk_shared + threadIdx.x * L;
+    }
+    __device__ __forceinline__ void load(const TensorArgs &T, Stage &, int64_t t, int64_t c) {
+        uint32_t *s = mine + next_load * kStageWords;
+#pragma unroll
+        for (int r = 0; r < kStepRows; r++) {
+            cp_async<4 * L>(s + (2 * r) * kStride, T.x + (t + r) * T.channels + c);
+            cp_async<4 * L>(s + (2 * r + 1) * kStride, T.dy + (t + r + Base::kLookahead) * T.channels + c);
+        }
+        cp_async_commit();
+        next_load = next_load + 1 == kStages ? 0 : next_load + 1;
+        pending++;
+    }
+    __device__ __forceinline__ void step(const TensorArgs &T, const Stage &, int64_t t, int64_t c) {
+        cp_async_wait_at_most<kStages - 1>(pending - 1); /* this step's group has landed */
+        pending--;
+        const uint32_t *s = mine + next_step * kStageWords;
+        next_step = next_step + 1 == kStages ? 0 : next_step + 1;
+#pragma unroll
+        for (int r = 0; r < kStepRows; r++)
+            Base::row(T, t + r, c, shared_vec<L>(s + (2 * r) * kStride),
+                      shared_vec<L>(s + (2 * r + 1) * kStride));
+    }
+};
+
 template <bool kDx, bool kDw, int V>
-using BackwardOpOf =
-    typename std::conditional<(V & kSilu) != 0, BackwardSiluOp<kDx, kDw, V, kBackwardLanes>,
-                              BackwardOp<kDx, kDw, V, kBackwardLanes>>::type;
+using BackwardOpOf = typename std::conditional<
+    (V & kSilu) != 0, BackwardSiluOp<kDx, kDw, V, backward_lanes(V)>,
+    typename std::conditional<kBackwardAsyncStages != 0 && kDx && kDw, BackwardAsyncOp<V, backward_lanes(V)>,
+                              BackwardOp<kDx, kDw, V, backward_lanes(V)>>::type>::type;
 
 /* dw block b of L channel pairs from c: their partials, and (kDx) dx of its rows. */
 template <bool kDx, int V>
@@ -798,10 +907,10 @@ __device__ __forceinline__ void backward_item(const ConvArgs &a, const TensorArg
     BackwardOpOf<kDx, true, V> op;
     op.w.load(T, c);
 #pragma unroll
-    for (int l = 0; l < kBackwardLanes; l++) op.p[l].zero();
+    for (int l = 0; l < backward_lanes(V); l++) op.p[l].zero();
     walk_rows(a, T, op, t0, t1, c);
 #pragma unroll
-    for (int l = 0; l < kBackwardLanes; l++) op.p[l].store(T, b, c + 2 * l);
+    for (int l = 0; l < backward_lanes(V); l++) op.p[l].store(T, b, c + 2 * l);
 }
 
 /* dx alone for rows [t0, t0 + rows_per_item) of L channel pairs from c. */
@@ -869,14 +978,14 @@ __device__ void tree_item(const TensorArgs &T, const TreePass &pass, int64_t gro
     fold_group<V, 1>(T, pass, group, col);
 }
 
-/* After the fused backward stored dw block b's partials of channels [c, c + kBackwardColumn):
+/* After the fused backward stored dw block b's partials of channels [c, c + backward_column(V)):
  * the fold passes of the tree for those columns, each group by the thread that completes it.
  * Every thread of a group's blocks counts its arrival (its stores made visible first); the last
  * one folds the group in the tree's order and arrives at the next level. The counters are zeroed
  * before the launch (cake_cuda_backward). */
 template <int V>
 __device__ void fold_block(const ConvArgs &a, const TensorArgs &T, int64_t b, int64_t c) {
-    const int64_t columns = T.channels / kBackwardColumn;
+    const int64_t columns = T.channels / backward_column(V);
     int64_t root = b;
     for (int p = 0; p < a.fold_passes; p++) {
         const TreePass &pass = a.fold[p];
@@ -884,13 +993,13 @@ __device__ void fold_block(const ConvArgs &a, const TensorArgs &T, int64_t b, in
         const int64_t m = pass.n_in - group * kTreeWidth < kTreeWidth ? pass.n_in - group * kTreeWidth
                                                                       : kTreeWidth;
         __threadfence(); /* this thread's roots of the level, before its arrival */
-        unsigned *counter = T.counters + (pass.group_offset + group) * columns + c / kBackwardColumn;
+        unsigned *counter = T.counters + (pass.group_offset + group) * columns + c / backward_column(V);
         if (atomicAdd(counter, 1u) != (unsigned)(m - 1)) return;
         __threadfence(); /* the other arrivals' roots, before the loads */
 #pragma unroll
         for (int k = 0; k < taps_of(V); k++)
 #pragma unroll
-            for (int l = 0; l < kBackwardColumn; l += 2) fold_group<V, 2>(T, pass, group, k * T.channels + c + l);
+            for (int l = 0; l < backward_column(V); l += 2) fold_group<V, 2>(T, pass, group, k * T.channels + c + l);
         root = group;
     }
 }
