@@ -326,12 +326,12 @@ __device__ __forceinline__ float2 conv_pair(const PairWeights &w, uint32_t x0, u
 }
 
 /* ---- the walk over rows -------------------------------------------------------------------
- * A thread owns one channel pair (4 bytes of a row: a warp reads 128 contiguous bytes) and walks
- * rows in order, so the dw partial of a 256-row block is one sequential chain as the numerics
- * define it, and the x / dy windows stay in registers. Inside a fragment the loads of kStages
- * steps of kRows rows are in flight ahead of the math (a register ring); at fragment edges and
- * in the last few rows a slow path reads row by row through the pools. `Op` supplies the loads
- * and the math of one direction. */
+ * A thread owns L adjacent channel pairs (4L bytes of a row: a warp reads 128L contiguous bytes)
+ * and walks rows in order, so the dw partial of a 256-row block is one sequential chain as the
+ * numerics define it, and the x / dy windows stay in registers. Inside a fragment the loads of
+ * kStages steps of kRows rows are in flight ahead of the math (a register ring, or shared
+ * memory for BackwardAsyncOp); at fragment edges and in the last few rows a slow path reads row
+ * by row through the pools. `Op` supplies the loads and the math of one direction. */
 template <class Op>
 __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T, Op &op,
                                           int64_t t0, int64_t t1, int64_t c) {
