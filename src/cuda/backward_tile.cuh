@@ -23,8 +23,9 @@
 
 namespace cake_cuda {
 
-/* 1: split (small) backward calls run the tiles; 0: the split walk; 2: every ordinary backward
- * call runs the tiles (a measurement variant). */
+/* 1: split (small) backward calls run the tiles (unless the panels of backward_panel.cuh take
+ * them); 0: the split walk; 2: every ordinary backward call runs the tiles (a measurement
+ * variant). */
 #ifndef CAKE_CUDA_TILE_BACKWARD
 #define CAKE_CUDA_TILE_BACKWARD 1
 #endif
@@ -214,32 +215,16 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
     /* C, warp 0: the chains of channel c, a fragment's piece of the tile at a time. */
     const int64_t c = c0 + tid;
     if (c >= C) return;
-    float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f, pb = 0.0f; /* as Partials::zero */
+    ChannelChains<V> ch;
     for (int i = 0; i < n;) {
         const int e = s.end[i] < n ? s.end[i] : n;
-        float x0 = tile_x_channel(T, s, f0, i, 0, tid, c); /* x(t - 3), x(t - 2), x(t - 1) */
-        float x1 = tile_x_channel(T, s, f0, i, 1, tid, c);
-        float x2 = tile_x_channel(T, s, f0, i, 2, tid, c);
+        ch.x0 = tile_x_channel(T, s, f0, i, 0, tid, c); /* x(t - 3), x(t - 2), x(t - 1) */
+        ch.x1 = tile_x_channel(T, s, f0, i, 1, tid, c);
+        ch.x2 = tile_x_channel(T, s, f0, i, 2, tid, c);
 #pragma unroll 4
-        for (; i < e; i++) {
-            const float g = s.g[i][tid];
-            const float x3 = __uint_as_float((uint32_t)s.x[i + 3][tid] << 16);
-            p0 = __fmaf_rn(g, x0, p0);
-            p1 = __fmaf_rn(g, x1, p1);
-            p2 = __fmaf_rn(g, x2, p2);
-            p3 = __fmaf_rn(g, x3, p3);
-            if (V & kBias) pb = __fadd_rn(pb, g);
-            x0 = x1;
-            x1 = x2;
-            x2 = x3;
-        }
+        for (; i < e; i++) ch.row(s.g[i][tid], __uint_as_float((uint32_t)s.x[i + 3][tid] << 16));
     }
-    float *dst = T.partials + b * taps_of(V) * C + c; /* as Partials::store */
-    dst[0] = p0;
-    dst[C] = p1;
-    dst[2 * C] = p2;
-    dst[3 * C] = p3;
-    if (V & kBias) dst[4 * C] = pb;
+    ch.store(T.partials + b * taps_of(V) * C + c, C); /* as Partials::store */
 }
 
 } // namespace cake_cuda

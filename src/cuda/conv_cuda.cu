@@ -4,11 +4,13 @@
  * block partials (the fused walk, or for calls with too few dw blocks to fill the GPU the tiles
  * of backward_tile.cuh), then one launch per level of the dw tree (one level folds 32 roots, so
  * two launches up to 1024 blocks; with CAKE_CUDA_DW_FOLD=1 the fused walk folds the first two
- * itself). Cooperative form: one kernel per direction (the split walk),
+ * itself); a small call of at most kPanelMaxRows rows is one launch of the panels of
+ * backward_panel.cuh, which fold the tree themselves. Cooperative form: one kernel per direction (the split walk),
  * the tree levels separated by grid-wide barriers. Every form computes the same operations in
  * the same order, so the bits agree. */
 #include "cake_cuda.h"
 
+#include "backward_panel.cuh"
 #include "backward_tile.cuh"
 #include "conv_kernels.cuh"
 #include "cuda_common.h"
@@ -146,6 +148,19 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
                      *reinterpret_cast<TileShared *>(tile_shared));
 }
 
+/* The backward of a call of at most kPanelMaxRows rows, one panel per CUDA block
+ * (backward_panel.cuh): dx, dw and dbias in this one launch. */
+template <int V>
+__global__ void __launch_bounds__(kPanelThreads, panel_min_blocks(V))
+    backward_panel_kernel(const __grid_constant__ ConvArgs a) {
+    extern __shared__ __align__(16) unsigned char panel_shared[];
+    int64_t local = blockIdx.x;
+    int i = 0;
+    while (i + 1 < a.num_tensors && local >= panels_of(a.t[i], V)) local -= panels_of(a.t[i++], V);
+    backward_panel<V>(a, a.t[i], panel_channels(V) * local,
+                      *reinterpret_cast<PanelShared<V> *>(panel_shared));
+}
+
 template <int V>
 __global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ ConvArgs a,
                                                         const TreePass pass) {
@@ -167,14 +182,15 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
 /* The kernels of one variant, as host pointers (the supported set at a glance). */
 struct Kernels {
     const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree,
-        *backward_tile;
+        *backward_tile, *backward_panel;
 };
 
 template <int V>
 constexpr Kernels kernels_of() {
     return {(const void *)forward_kernel<V>, (const void *)backward_kernel<false, V>,
             (const void *)backward_kernel<true, V>, (const void *)backward_cooperative_kernel<V>,
-            (const void *)tree_kernel<V>, (const void *)backward_tile_kernel<V>};
+            (const void *)tree_kernel<V>, (const void *)backward_tile_kernel<V>,
+            (const void *)backward_panel_kernel<V>};
 }
 
 const Kernels kKernels[kVariants] = {kernels_of<0>(), kernels_of<kBias>(), kernels_of<kSilu>(),
@@ -392,6 +408,10 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)kTileSharedBytes),
                         "cudaFuncSetAttribute(backward tile kernel)");
+        CAKE_CUDA_CHECK(cudaFuncSetAttribute(kKernels[v].backward_panel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)panel_shared_bytes(v)),
+                        "cudaFuncSetAttribute(backward panel kernel)");
         if (backward_fused_shared_bytes(v) > 0) /* its load ring (CAKE_CUDA_BACKWARD_ASYNC_STAGES) */
             CAKE_CUDA_CHECK(cudaFuncSetAttribute(kKernels[v].backward_fused,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -613,6 +633,21 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             continue;
         }
         int64_t blocks;
+        /* Small calls of at most kPanelMaxRows rows: the panels, which fold dw themselves. */
+        const bool panel = (CAKE_CUDA_PANEL_BACKWARD == 1 ||
+                            (CAKE_CUDA_PANEL_BACKWARD == 2 && !(V & kSilu))) &&
+                           a.split && rows <= kPanelMaxRows && CAKE_CUDA_TILE_BACKWARD != 2;
+        if (panel) {
+            int64_t panels = 0;
+            for (int i = 0; i < count; i++) panels += panels_of(a.t[i], V);
+            void *panel_args[] = {&a};
+            status = panels > 0x7fffffff
+                         ? cake_fail(CAKE_ERROR_UNSUPPORTED,
+                                     "launch: %lld backward panels exceed the grid limit", (long long)panels)
+                         : launch(kernels.backward_panel, panels, panel_args, stream,
+                                  "backward panel kernel", kPanelThreads, panel_shared_bytes(V));
+            continue;
+        }
         if (CAKE_CUDA_TILE_BACKWARD == 2 || (CAKE_CUDA_TILE_BACKWARD == 1 && a.split)) {
             int64_t tiles = 0;
             for (int i = 0; i < count; i++) tiles += tiles_of(a, a.t[i]);

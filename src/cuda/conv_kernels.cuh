@@ -151,11 +151,29 @@ __device__ __forceinline__ float canonical(float f) {
 #endif
 constexpr bool kHwBf16 = CAKE_CUDA_HW_BF16 != 0;
 constexpr bool kHwBf16Dx = kHwBf16 && CAKE_CUDA_HW_BF16_DX != 0;
-/* A converted pair p of (even, odd) with a NaN's half set to the canonical 0x7fc0. */
+/* A converted pair p of (even, odd) with a NaN's half set to the canonical 0x7fc0.
+ * CAKE_CUDA_NAN_BY_MIN (default 1): the conversion gives every NaN as 0x7fff, and as signed
+ * 16-bit integers every number and infinity is below 0x7fc0 (negative ones below zero), so one
+ * signed minimum of both halves with 0x7fc0 (min.s16x2, sm_90) makes just that NaN 0x7fc0: one
+ * instruction a pair instead of two compares and two selections (tests/cuda/test_bf16_cuda.cu
+ * checks it on every fp32 pattern in both halves). H200, side by side: main bias + SiLU backward
+ * 1414.0 -> 1363-1367 us queued, forward 508.6 -> 504-506 (docs/PERFORMANCE.md). 0: the
+ * compares on the inputs. */
+#ifndef CAKE_CUDA_NAN_BY_MIN
+#define CAKE_CUDA_NAN_BY_MIN 1
+#endif
 __device__ __forceinline__ uint32_t canonical_pair(uint32_t p, float even, float odd) {
+#if CAKE_CUDA_NAN_BY_MIN && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    (void)even;
+    (void)odd;
+    uint32_t r;
+    asm("min.s16x2 %0, %1, %2;" : "=r"(r) : "r"(p), "r"(0x7fc07fc0u));
+    return r;
+#else
     if (even != even) p = (p & 0xffff0000u) | 0x7fc0u;
     if (odd != odd) p = (p & 0x0000ffffu) | 0x7fc00000u;
     return p;
+#endif
 }
 
 /* pack2 without the NaN check of the hardware's conversion: for a pair the caller knows holds
@@ -609,6 +627,33 @@ struct Partials {
         for (int k = 0; k < 4; k++)
             *reinterpret_cast<float2 *>(dst + k * T.channels) = make_float2(pe[k], po[k]);
         if (V & kBias) *reinterpret_cast<float2 *>(dst + 4 * T.channels) = make_float2(be, bo);
+    }
+};
+
+/* The partials of one channel (the tiles' and the panels' chains, a thread per channel): the
+ * four taps' p_k = fma(g(t), x(t - 3 + k), p_k) and dbias's p = p + g(t), row after row, with the
+ * window x(t - 3) .. x(t - 1). */
+template <int V>
+struct ChannelChains {
+    float p0 = 0.0f, p1 = 0.0f, p2 = 0.0f, p3 = 0.0f, pb = 0.0f; /* as Partials::zero */
+    float x0, x1, x2;
+    __device__ __forceinline__ void row(float g, float x3) {
+        p0 = __fmaf_rn(g, x0, p0);
+        p1 = __fmaf_rn(g, x1, p1);
+        p2 = __fmaf_rn(g, x2, p2);
+        p3 = __fmaf_rn(g, x3, p3);
+        if (V & kBias) pb = __fadd_rn(pb, g);
+        x0 = x1;
+        x1 = x2;
+        x2 = x3;
+    }
+    /* taps 0 .. 3, then dbias (with a bias), `stride` floats apart */
+    __device__ __forceinline__ void store(float *dst, int64_t stride) const {
+        dst[0] = p0;
+        dst[stride] = p1;
+        dst[2 * stride] = p2;
+        dst[3 * stride] = p3;
+        if (V & kBias) dst[4 * stride] = pb;
     }
 };
 

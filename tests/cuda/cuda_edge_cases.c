@@ -270,7 +270,7 @@ void test_tree_depths(void **state) {
 }
 
 /* The same depths of the dw tree through the fused walk (the tests above have too few channels
- * for it, so they run the tiles): channels wide enough that the launcher picks the walk (dw
+ * for it, so they run the tiles, or at most 2048 rows the panels): channels wide enough that the launcher picks the walk (dw
  * blocks x channel pairs at least an eighth of the device's resident threads, its rule), for 32
  * blocks (one tree pass), 33 and 515 (two, the last group partial) and 1100 (three); against the
  * reference too. With CAKE_CUDA_DW_FOLD=1 the walk's kernel folds the first two passes itself,
