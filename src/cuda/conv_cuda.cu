@@ -5,8 +5,8 @@
  * of backward_tile.cuh), then one launch per level of the dw tree (one level folds 32 roots, so
  * two launches up to 1024 blocks; with CAKE_CUDA_DW_FOLD=1 the fused walk folds the first two
  * itself); a small call of at most kPanelMaxRows rows is one launch of the panels of
- * backward_panel.cuh, which fold the tree themselves. Cooperative form: one kernel per direction (the split walk),
- * the tree levels separated by grid-wide barriers. Every form computes the same operations in
+ * backward_panel.cuh, which fold the tree themselves. Cooperative form: one kernel per
+ * direction (the split walk), the tree levels separated by grid-wide barriers. Every form computes the same operations in
  * the same order, so the bits agree. */
 #include "cake_cuda.h"
 
