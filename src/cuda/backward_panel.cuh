@@ -341,21 +341,15 @@ __device__ void backward_panel(const ConvArgs &a, const TensorArgs &T, int64_t c
     }
     __syncthreads();
 
-    /* The tree over the nb partials of each (tap, channel), as fold_roots: level k adds root
-     * i + k into root i for i a multiple of 2k (the fixed tree for up to 32 roots). */
+    /* The tree over the nb partials of each (tap, channel), as the tree kernel folds them. */
     if (tid < taps_of(V) * CH) {
         const int k = tid / CH, c = tid % CH;
         if (c0 + c < C) {
-            float v[kPanelMaxBlocks];
+            float v[kPanelMaxBlocks][1];
 #pragma unroll
-            for (int b = 0; b < kPanelMaxBlocks; b++) v[b] = b < nb ? s.partial[b][k][c] : 0.0f;
-#pragma unroll
-            for (int step = 1; step < kPanelMaxBlocks; step *= 2)
-#pragma unroll
-                for (int i = 0; i + step < kPanelMaxBlocks; i += 2 * step)
-                    if (i + step < nb) v[i] = __fadd_rn(v[i], v[i + step]);
-            if (k < 4) T.dw[(c0 + c) * 4 + k] = canonical(v[0]);
-            else T.dbias[c0 + c] = canonical(v[0]);
+            for (int b = 0; b < kPanelMaxBlocks; b++) v[b][0] = b < nb ? s.partial[b][k][c] : 0.0f;
+            fold_in_tree_order(v, nb);
+            store_weight_gradient(T, k, c0 + c, v[0][0]);
         }
     }
 }

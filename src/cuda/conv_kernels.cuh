@@ -967,10 +967,30 @@ __device__ __forceinline__ void dx_item(const ConvArgs &a, const TensorArgs &T, 
     walk_rows(a, T, op, t0, t1, c);
 }
 
-/* The tree's rule on up to 32 consecutive roots of W adjacent columns (src: the first root's
- * first column, `stride` floats between roots): bottom-up pairwise, level s adding a[i + s]
- * into a[i] for i a multiple of 2s when i + s < m. Over aligned groups of 32 this is exactly the
- * fixed tree. The loads bypass L1 (__ldcg): the fused backward folds roots that other
+/* The tree's rule on the first m of N roots v of W adjacent columns (N a power of two, at most
+ * 32): bottom-up pairwise, level s adding v[i + s] into v[i] for i a multiple of 2s when
+ * i + s < m; the sums end in v[0]. Over aligned groups of 32 this is exactly the fixed tree. */
+template <int N, int W>
+__device__ __forceinline__ void fold_in_tree_order(float (&v)[N][W], int64_t m) {
+    static_assert(N <= kTreeWidth && (N & (N - 1)) == 0, "a power of two, at most a tree group");
+#pragma unroll
+    for (int s = 1; s < N; s *= 2)
+#pragma unroll
+        for (int i = 0; i + s < N; i += 2 * s)
+            if (i + s < m)
+#pragma unroll
+                for (int w = 0; w < W; w++) v[i][w] = __fadd_rn(v[i][w], v[i + s][w]);
+}
+
+/* The last sum of column (tap k, channel c): dw, or for k = 4 dbias; a NaN made canonical. */
+__device__ __forceinline__ void store_weight_gradient(const TensorArgs &T, int64_t k, int64_t c,
+                                                      float v) {
+    if (k < 4) T.dw[c * 4 + k] = canonical(v);
+    else T.dbias[c] = canonical(v);
+}
+
+/* fold_in_tree_order on up to 32 consecutive roots of W adjacent columns (src: the first root's
+ * first column, `stride` floats between roots). The loads bypass L1 (__ldcg): the fused backward folds roots that other
  * multiprocessors wrote during the same kernel. */
 template <int W>
 __device__ __forceinline__ void fold_roots(const float *src, int64_t stride, int64_t m, float (&out)[W]) {
@@ -987,13 +1007,7 @@ __device__ __forceinline__ void fold_roots(const float *src, int64_t stride, int
             v[l][W - 1] = u.y;
         }
     }
-#pragma unroll
-    for (int s = 1; s < kTreeWidth; s *= 2)
-#pragma unroll
-        for (int i = 0; i + s < kTreeWidth; i += 2 * s)
-            if (i + s < m)
-#pragma unroll
-                for (int w = 0; w < W; w++) v[i][w] = __fadd_rn(v[i][w], v[i + s][w]);
+    fold_in_tree_order(v, m);
 #pragma unroll
     for (int w = 0; w < W; w++) out[w] = v[0][w];
 }
@@ -1012,8 +1026,7 @@ __device__ __forceinline__ void fold_group(const TensorArgs &T, const TreePass &
 #pragma unroll
     for (int w = 0; w < W; w++) {
         if (!pass.final_pass) T.partials[(pass.out_offset + group) * stride + col + w] = v[w];
-        else if (k < 4) T.dw[(c + w) * 4 + k] = canonical(v[w]);
-        else T.dbias[c + w] = canonical(v[w]);
+        else store_weight_gradient(T, k, c + w, v[w]);
     }
 }
 
