@@ -1,10 +1,10 @@
 /* SiLU and its derivative in fp32: the fixed operation sequences of docs/NUMERICS.md section 9
- * (step names E1-E6, S1-S6, G1-G6 below are the document's), written once for every build that
+ * (step names E1-E6, S1-S6, G1-G7 below are the document's), written once for every build that
  * computes them (generic C, AVX2 and AVX-512 through the compiler's vectoriser, CUDA device
  * code), so all of them give the same bits.
  *
  *   cake_silu(a)      = a * sigmoid(a)                          (docs/NUMERICS.md: <= 2 ulp; 1.02 measured)
- *   cake_silu_grad(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))) (2.62 ulp away from its zero)
+ *   cake_silu_grad(a) = sigmoid(a) * (1 + a * (1 - sigmoid(a))) (<= 2 ulp; 1.16 measured)
  *   cake_silu_for_bf16(a): a value with bf16 rounding bf16(cake_silu(a)), usually by a shorter
  *                      sequence (section 9.8; what the forwards use, since y is bf16)
  *
@@ -14,7 +14,8 @@
  * also fabsf and fminf, exact and one instruction each). No libm function other than fmaf (an
  * exact IEEE operation; a libm call in builds without hardware fma), no rint
  * (rounding to an integer is an fma with 1.5 * 2^23), no double, no table, no branch: the plain
- * loop over an array vectorises. A NaN input is returned unchanged. (The quick sequence at the
+ * loop over an array vectorises (device code alone puts silu''s G2 behind a branch:
+ * CAKE_ACT_GRAD_NEAR_BRANCH). A NaN input is returned unchanged. (The quick sequence at the
  * end only decides a bf16: on the GPU its exponential and its divide are the hardware's
  * approximations, and cake_silu_for_bf16 branches to the full sequence; see there.)
  *
@@ -40,8 +41,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Always inlined: the vectoriser needs the whole sequence in the loop body, and GCC's inlining
+ * heuristics stopped inlining cake_silu_grad once it grew (the CPU backward with SiLU became
+ * scalar, 11 times slower). */
 #if defined(__CUDACC__)
 #define CAKE_ACT_FN static __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define CAKE_ACT_FN static inline __attribute__((always_inline))
 #else
 #define CAKE_ACT_FN static inline
 #endif
@@ -177,26 +183,71 @@ CAKE_ACT_FN float cake_silu(float a) {
     return cake_act_sel_(0u - (uint32_t)!(a <= 0x1p+7f), a, y);
 }
 
-/* silu'(a) = E' T / (1 + E)^2 with T = 1 + E + a E (a >= 0) or 1 + E + a (a < 0): the numerator
- * as a double-float, the squared denominator as a double-float, one compensated quotient
- * (G1-G6). */
+/* G2's T near the zero of silu' a0 = A0H + A0L (to 2^-53): T = (w - A0L) P(w) as *th + *tl, for
+ * w = a - A0H (exact there), P(w) = C0 + w (C1 + w (C2 + w C3)) fitted on |w| <= 2^-4 to 2^-28
+ * relative, C0 = C0H + C0L and the last step a double-float (C0H - ph is exact). */
+CAKE_ACT_FN void cake_act_grad_near_(float w, float *th, float *tl) {
+    const float pq = fmaf(fmaf(0x1.7c3f16p-7f, w, 0x1.7c456cp-5f), w, 0x1.1d25cep-3f);
+    const float ph = fmaf(pq, w, 0x1.474974p+0f);
+    const float pl = fmaf(pq, w, 0x1.474974p+0f - ph) + -0x1.4a133ep-26f;
+    *th = w * ph;
+    *tl = fmaf(-0x1.bdf6fap-27f, ph, fmaf(w, pl, fmaf(w, ph, -*th)));
+}
+
+/* CAKE_ACT_GRAD_NEAR_BRANCH (default 1) in device code: G2 behind a branch, run only by the warps
+ * with a lane near the zero, instead of computed for every element and selected (0; what the CPU
+ * builds do, for the vectoriser). Same bits. H200, main-shape bias + SiLU backward: 1747 us
+ * against 1924 selected (docs/PERFORMANCE.md). */
+#ifndef CAKE_ACT_GRAD_NEAR_BRANCH
+#define CAKE_ACT_GRAD_NEAR_BRANCH 1
+#endif
+
+/* silu'(a) = E' T / (1 + E)^2 with T = 1 + E + a E (a >= 0) or 1 + E + a (a < 0), E' = E for a < 0
+ * and 1 otherwise (G1-G7): T and the numerator as double-floats, the squared denominator as a
+ * double-float with el in it, one compensated quotient. T vanishes at a0 = -1.27846...: there
+ * no evaluation through E is accurate enough, so for |a - a0| < 2^-4 T comes from a polynomial
+ * in a - a0 instead (G2). Within 1.16 ulp of float64 on every finite input (docs/NUMERICS.md
+ * 9.6). */
 CAKE_ACT_FN float cake_silu_grad(float a) {
     const cake_act_core_ k = cake_act_core_eval_(a);
-    const float f = cake_act_sel_(k.neg, 0x1p+0f, k.ed);                  /* G1 */
-    const float tt = fmaf(k.ac, f, k.d) + k.err;
-    const float ph = cake_act_sel_(k.neg, k.eh, 0x1p+0f);                 /* G2 */
-    const float pl = cake_act_float_(cake_act_bits_(k.el) & k.neg);
-    const float nh = ph * tt;
-    const float nl = fmaf(pl, tt, fmaf(ph, tt, -nh));
-    const float s2 = k.s * k.s;                                           /* G3 */
+    /* G1: 1 + E = d + dlo; T = d + dlo + ac F (F = 1 for a < 0, E = ed + eld otherwise) as
+     * th + tl, its head by a two-sum (|ac F| may exceed d when a < -2) */
+    const float eld = cake_act_float_(cake_act_bits_(k.el) & ~k.scaled);
+    const float dlo = k.err + eld;
+    const float fh = cake_act_sel_(k.neg, 0x1p+0f, k.ed);
+    const float fl = cake_act_float_(cake_act_bits_(eld) & ~k.neg);
+    const float xh = k.ac * fh;
+    const float xl = fmaf(k.ac, fl, fmaf(k.ac, fh, -xh));
+    float th = k.d + xh;
+    const float z = th - k.d;
+    float tl = ((k.d - (th - z)) + (xh - z)) + (xl + dlo);
+    /* G2: near the zero (|w| < 2^-4, w = a - A0H), T from a polynomial instead */
+    const float w = a - -0x1.474974p+0f;
+    const uint32_t near = 0u - (uint32_t)((cake_act_bits_(w) & 0x7fffffffu) < 0x3d800000u);
+#if defined(__CUDA_ARCH__) && CAKE_ACT_GRAD_NEAR_BRANCH
+    if (near) cake_act_grad_near_(w, &th, &tl);
+#else
+    float wh, wl;
+    cake_act_grad_near_(w, &wh, &wl);
+    th = cake_act_sel_(near, wh, th);
+    tl = cake_act_sel_(near, wl, tl);
+#endif
+    /* G3: the numerator E' T as a double-float */
+    const float mh = cake_act_sel_(k.neg, k.eh, 0x1p+0f);
+    const float ml = cake_act_float_(cake_act_bits_(k.el) & k.neg);
+    const float nh = mh * th;
+    const float nl = fmaf(mh, tl, fmaf(ml, th, fmaf(mh, th, -nh)));
+    /* G4: (d + dlo)^2 as dh + dl, and 1/d^2 */
+    const float s2 = k.s * k.s;
     const float dh = k.d * k.d;
-    const float dl = fmaf(k.d + k.d, k.err, fmaf(k.d, k.d, -dh));
-    const float q = nh * s2;                                              /* G4 */
+    const float dl = fmaf(k.d + k.d, dlo, fmaf(k.d, k.d, -dh));
+    /* G5 */
+    const float q = nh * s2;
     const float rr = fmaf(-q, dh, nh) + nl;
     const float t2 = fmaf(-q, dl, rr);
     float g = fmaf(t2, s2, q);
-    g = g * cake_act_float_(0x3f800000u - (k.neg & k.scaled & 0x30000000u)); /* G5: 2^-96 or 1 */
-    return cake_act_sel_(0u - (uint32_t)(a != a), a, g);                  /* G6: NaN: a itself */
+    g = g * cake_act_float_(0x3f800000u - (k.neg & k.scaled & 0x30000000u)); /* G6: 2^-96 or 1 */
+    return cake_act_sel_(0u - (uint32_t)(a != a), a, g);                  /* G7: NaN: a itself */
 }
 
 /* ---- silu for a bf16 output: the quick sequence Q1-Q5 (docs/NUMERICS.md 9.8) ----------------

@@ -75,7 +75,7 @@ static ref_common common_steps(float a) {
     return c;
 }
 
-/* A quotient (nh + nl) / (dh + dl) from the reciprocal s of dh (steps S4 and G5). */
+/* A quotient (nh + nl) / (dh + dl) from the reciprocal s of dh (steps S3 and G5). */
 static float compensated_quotient(float nh, float nl, float dh, float dl, float s) {
     const float q = nh * s;
     float rest = fmaf(-q, dh, nh);
@@ -109,32 +109,62 @@ float ref_silu(float a) {
     return y;
 }
 
+/* Step G2's window and polynomial: T = (w - a0_lo) P(w) for |w| < 2^-4, w = a - a0_hi. */
+static const float a0_hi = -0x1.474974p+0f, a0_lo = 0x1.bdf6fap-27f;
+static const float p_c0_hi = 0x1.474974p+0f, p_c0_lo = -0x1.4a133ep-26f;
+static const float p_c[3] = {0x1.1d25cep-3f, 0x1.7c456cp-5f, 0x1.7c3f16p-7f}; /* C1, C2, C3 */
+
 float ref_silu_grad(float a) {
     const ref_common c = common_steps(a);
-    /* G1: T = 1 + E + ac F, F = E for a >= 0 and 1 for negative a */
-    const float F = c.negative ? 1.0f : c.den;
-    float T = fmaf(c.ac, F, c.d);
-    T = T + c.err;
-    /* G2: numerator E' T as a double-float */
+    /* G1: 1 + E = d + d_lo; T = d + d_lo + ac F (F = 1 for negative a, E otherwise) */
+    const float e_lo = c.scaled ? 0.0f : c.lo;
+    const float d_lo = c.err + e_lo;
+    float f_hi = c.den, f_lo = e_lo;
+    if (c.negative) {
+        f_hi = 1.0f;
+        f_lo = 0.0f;
+    }
+    const float x_hi = c.ac * f_hi;
+    float x_lo = fmaf(c.ac, f_hi, -x_hi);
+    x_lo = fmaf(c.ac, f_lo, x_lo);
+    float t_hi = c.d + x_hi; /* two-sum of d and x_hi */
+    const float z = t_hi - c.d;
+    float t_lo = (c.d - (t_hi - z)) + (x_hi - z);
+    t_lo = t_lo + (x_lo + d_lo);
+    /* G2 */
+    const float w = a - a0_hi;
+    if (fabsf(w) < 0x1p-4f) {
+        float pq = fmaf(p_c[2], w, p_c[1]);
+        pq = fmaf(pq, w, p_c[0]);
+        const float p_hi = fmaf(pq, w, p_c0_hi);
+        float p_lo = fmaf(pq, w, p_c0_hi - p_hi);
+        p_lo = p_lo + p_c0_lo;
+        t_hi = w * p_hi;
+        float w_lo = fmaf(w, p_hi, -t_hi);
+        w_lo = fmaf(w, p_lo, w_lo);
+        t_lo = fmaf(-a0_lo, p_hi, w_lo);
+    }
+    /* G3: numerator E' T as a double-float */
     float m_hi = 1.0f, m_lo = 0.0f;
     if (c.negative) {
         m_hi = c.hi;
         m_lo = c.lo;
     }
-    const float num_hi = m_hi * T;
-    float num_lo = fmaf(m_hi, T, -num_hi);
-    num_lo = fmaf(m_lo, T, num_lo);
-    /* G3: (d + err)^2 as sq_hi + sq_lo, and s^2 */
+    const float num_hi = m_hi * t_hi;
+    float num_lo = fmaf(m_hi, t_hi, -num_hi);
+    num_lo = fmaf(m_lo, t_hi, num_lo);
+    num_lo = fmaf(m_hi, t_lo, num_lo);
+    /* G4: (d + d_lo)^2 as sq_hi + sq_lo, and s^2 */
     const float s2 = c.s * c.s;
     const float sq_hi = c.d * c.d;
     float sq_lo = fmaf(c.d, c.d, -sq_hi);
-    sq_lo = fmaf(c.d + c.d, c.err, sq_lo);
-    /* G4 */
-    float g = compensated_quotient(num_hi, num_lo, sq_hi, sq_lo, s2);
+    sq_lo = fmaf(c.d + c.d, d_lo, sq_lo);
     /* G5 */
+    float g = compensated_quotient(num_hi, num_lo, sq_hi, sq_lo, s2);
+    /* G6 */
     if (c.negative && c.scaled)
         g = g * 0x1p-96f;
-    /* G6 */
+    /* G7 */
     if (isnan(a))
         return a;
     return g;
