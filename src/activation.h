@@ -14,8 +14,8 @@
  * also fabsf and fminf, exact and one instruction each). No libm function other than fmaf (an
  * exact IEEE operation; a libm call in builds without hardware fma), no rint
  * (rounding to an integer is an fma with 1.5 * 2^23), no double, no table, no branch: the plain
- * loop over an array vectorises (device code alone puts silu''s G2 behind a branch:
- * CAKE_ACT_GRAD_NEAR_BRANCH). A NaN input is returned unchanged. (The quick sequence at the
+ * loop over an array vectorises (device code alone puts step G2 of silu' behind a
+ * branch: CAKE_ACT_GRAD_NEAR_BRANCH). A NaN input is returned unchanged. (The quick sequence at the
  * end only decides a bf16: on the GPU its exponential and its divide are the hardware's
  * approximations, and cake_silu_for_bf16 branches to the full sequence; see there.)
  *

@@ -21,8 +21,8 @@
  * subnormal results of a in [-110, -85], the zero of silu' and G2's window in [-1.375, -1.1875],
  * the scaling threshold in [-45, -43], the clamp at +-128, the neighbourhoods of +-FLT_MAX, |a|
  * in [2^-21, 2^-20), |a| near 64, some NaNs); samples of the subnormal and the other
- * |a| < 2^-20; 2^20 random patterns (CAKE_TEST_SEED). CAKE_EXHAUSTIVE=1: all 2^32 patterns (72 s on 16 cores; on 2 cores
- * about 20 minutes, subnormal arithmetic being slow on x86).
+ * |a| < 2^-20; 2^20 random patterns (CAKE_TEST_SEED). CAKE_EXHAUSTIVE=1: all 2^32 patterns
+ * (72 s on 16 cores; on 2 cores 13-20 minutes, subnormal arithmetic being slow on x86).
  * Threads: CAKE_NUM_THREADS, else every online processor. Exit 0 pass, 1 fail. */
 #include <setjmp.h>
 #include <stdarg.h>
