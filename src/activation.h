@@ -223,10 +223,11 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
     float tl = ((k.d - (th - z)) + (xh - z)) + (xl + dlo);
     /* G2: near the zero (|w| < 2^-4, w = a - A0H), T from a polynomial instead */
     const float w = a - -0x1.474974p+0f;
-    const uint32_t near = 0u - (uint32_t)((cake_act_bits_(w) & 0x7fffffffu) < 0x3d800000u);
 #if defined(__CUDA_ARCH__) && CAKE_ACT_GRAD_NEAR_BRANCH
-    if (near) cake_act_grad_near_(w, &th, &tl);
+    /* one compare on |w| (FSETP); false for a NaN w, as the test on the bits below */
+    if (fabsf(w) < 0x1p-4f) cake_act_grad_near_(w, &th, &tl);
 #else
+    const uint32_t near = 0u - (uint32_t)((cake_act_bits_(w) & 0x7fffffffu) < 0x3d800000u);
     float wh, wl;
     cake_act_grad_near_(w, &wh, &wl);
     th = cake_act_sel_(near, wh, th);

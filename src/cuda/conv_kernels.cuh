@@ -795,9 +795,10 @@ struct BackwardSiluOp {
             }
         }
     }
-    /* Row t, given x and dy of row t + K (valid: that row is inside the sequence). */
-    __device__ __forceinline__ void row(const TensorArgs &T, int64_t t, int64_t c, const Vec<L> &xn,
-                                        const Vec<L> &dn, bool valid) {
+    /* Row t, given x and dy of row t + K (valid: that row is inside the sequence); dx(t) goes
+     * to dx_row. */
+    __device__ __forceinline__ void row(uint16_t *dx_row, const Vec<L> &xn, const Vec<L> &dn,
+                                        bool valid) {
         constexpr int K = kLookahead;
         Vec<L> dx;
 #pragma unroll
@@ -816,26 +817,33 @@ struct BackwardSiluOp {
                 ge[2][l] = gn.x; go[2][l] = gn.y;
             }
         }
-        if (kDx) store_vec<L>(T.dx + t * T.channels + c, dx);
+        if (kDx) store_vec<L>(dx_row, dx);
         /* shift the window by one row */
 #pragma unroll
         for (int j = 0; j < 2 + K; j++) xw[j] = xw[j + 1];
         xw[2 + K] = xn;
     }
+    /* The step's rows through pointers advanced a row at a time (a 64-bit add each) instead of
+     * row * channels for every row: this walk is bound by its instructions (H200, main shape:
+     * 1750 -> 1639 us queued with the one-compare G2 test, docs/PERFORMANCE.md). */
     __device__ __forceinline__ void load(const TensorArgs &T, Stage &s, int64_t t, int64_t c) {
+        const int64_t first = (t + kLookahead) * T.channels + c;
+        const uint16_t *x = T.x + first, *dy = T.dy + first;
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++) {
-            s.x[r] = load_vec<L>(T.x + (t + r + kLookahead) * T.channels + c);
-            s.d[r] = load_vec<L>(T.dy + (t + r + kLookahead) * T.channels + c);
+        for (int r = 0; r < kStepRows; r++, x += T.channels, dy += T.channels) {
+            s.x[r] = load_vec<L>(x);
+            s.d[r] = load_vec<L>(dy);
         }
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
+        uint16_t *dx = kDx ? T.dx + t * T.channels + c : nullptr;
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++) row(T, t + r, c, s.x[r], s.d[r], true);
+        for (int r = 0; r < kStepRows; r++, dx += kDx ? T.channels : 0) row(dx, s.x[r], s.d[r], true);
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
         const int64_t r = t + kLookahead;
-        row(T, t, c, x_vec_any<L>(T, cur, r, c), dy_vec<L>(T, cur, r, c), r - cur.end < cur.valid);
+        row(kDx ? T.dx + t * T.channels + c : nullptr, x_vec_any<L>(T, cur, r, c),
+            dy_vec<L>(T, cur, r, c), r - cur.end < cur.valid);
     }
 };
 
