@@ -37,17 +37,56 @@ I64 = ctypes.c_int64
 I32 = ctypes.c_int
 
 
+def _capturing():
+    """Whether this thread's current CUDA stream is capturing a CUDA graph."""
+    try:
+        import torch
+        # (no capture without CUDA initialised; asking would initialise it, in a forked worker too)
+        return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+    except Exception:
+        return False
+
+
+# Objects the garbage collector dropped while a CUDA graph was being captured, closed later.
+# Only append and pop touch it (each atomic), no lock: a collection may run inside either and
+# call back into them from the same thread.
+_deferred = []
+
+
+def close_deferred():
+    """Closes the objects whose collection came during a capture, unless one is still running.
+    Called by every forward (_ops.forward_impl) and after every collection outside a capture."""
+    while _deferred and not _capturing():
+        try:
+            obj = _deferred.pop()
+        except IndexError:  # emptied meanwhile by a nested call
+            return
+        try:
+            obj.close()
+        except Exception:
+            pass
+
+
 class Owned:
-    """Owns a C object: close() frees it; also on garbage collection and at the end of a with."""
+    """Owns a C object: close() frees it; also on garbage collection and at the end of a with.
+
+    A collection during a CUDA graph capture (contexts live in reference cycles, so the cyclic
+    collector frees them whenever it runs) does not close: freeing device memory then
+    (cudaFree) would invalidate the capture, as a synchronising call does. The object is kept
+    and closed by close_deferred after the capture."""
 
     def close(self):
         raise NotImplementedError
 
     def __del__(self):
+        if _capturing():
+            _deferred.append(self)  # kept alive until close_deferred (finalised once)
+            return
         try:
             self.close()
         except Exception:
             pass
+        close_deferred()
 
     def __enter__(self):
         return self
