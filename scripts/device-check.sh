@@ -65,6 +65,7 @@ if [ "$mode" = final ]; then
   step "the binding's CUDA tests"
   CAKE_LIBRARY=$PWD/build-device/libcake_cuda.so PYTHONPATH=python timeout 400 \
     python3 -m pytest -p no:cacheprovider -q python/tests/test_cuda.py python/tests/test_bad_input.py \
+    python/tests/test_lifetime.py \
     > "$OUT/pytest.log" 2>&1 || status=1
   tail -3 "$OUT/pytest.log"
   exit $status
