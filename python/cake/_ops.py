@@ -122,7 +122,8 @@ def forward_impl(ctx, handle, xs, ws, ys, pool, cooperative, multi, params=None,
     """One C forward: fills ys (x's shape, bf16) and `pool` (new_pool: the history pools,
     [ctx.pool_rows, C_i] bf16 each), exchanging the history rows unless `handle` holds them.
     `params`: conv_params (None: the plain op); `bs`: its bias tensors (alignment check)."""
-    _lib.close_deferred()  # objects collected during a CUDA graph capture (_lib.Owned)
+    if _lib._deferred:  # objects collected during a CUDA graph capture (_lib.Owned)
+        _lib.close_deferred()
     if spec is None:
         spec = ctx._spec(xs)
     pp = _ref(params)

@@ -1,7 +1,7 @@
 """Objects the garbage collector frees: contexts and handles live in reference cycles (their
 tokens, _registry.py), so the cyclic collector closes them whenever it runs, a CUDA graph capture
 included, where freeing device memory (cudaFree) would invalidate the capture. A collection
-during a capture keeps the object and closes it at the next call after it."""
+during a capture keeps the object and closes it at the next forward call after it."""
 import gc
 import weakref
 
@@ -15,11 +15,9 @@ from _problems import Problem, assert_bitwise, cuda_ready
 S, C = 12, 16
 
 
-def _inputs(device="cpu"):
+def _inputs():
     g = torch.Generator().manual_seed(41)
-    x = torch.randn(S, C, generator=g).to(torch.bfloat16).to(device)
-    w = (torch.rand(C, 4, generator=g) - 0.5).to(device)
-    return x, w
+    return torch.randn(S, C, generator=g).to(torch.bfloat16), torch.rand(C, 4, generator=g) - 0.5
 
 
 @pytest.fixture(autouse=True)
@@ -87,8 +85,9 @@ def test_collected_outside_a_capture_closes_at_once(closes):
 
 @pytest.mark.skipif(not cuda_ready(), reason="needs a CUDA device and libcake_cuda")
 def test_context_collected_inside_a_real_capture(closes):
-    """A context that ran on the GPU (device tables, plans) collected inside torch.cuda.graph:
-    the capture survives, replays bitwise the eager call, and the context is closed after."""
+    """A context that ran on the GPU (device tables, plans) collected inside a CUDA graph
+    capture: the capture survives, replays bitwise the eager call, and the context is closed
+    after."""
     p = Problem(9700, 1, max_tensors=2)
     xs, ws = [t.cuda() for t in p.xs], [t.cuda() for t in p.ws]
     # a context with device state (plans, halo tables), then dropped
