@@ -127,9 +127,9 @@ typedef struct call {
     int64_t depth;            /* stack entries per unit: roots of a partial chunk + a push slot */
     int64_t final_depth;      /* stack entries to fold all chunks of a strip */
     int64_t *strip_offset;    /* per tensor + 1: first (tensor, strip) index */
-    float *roots;             /* per unit: depth entries of taps * strip width */
+    float *roots;             /* per unit: depth entries of strip_floats() */
     int64_t *root_sizes;      /* per unit: depth entries, 0 = unused */
-    float *final_values;      /* per strip: final_depth entries of taps * STRIP_CHANNELS */
+    float *final_values;      /* per strip: final_depth entries of strip_floats() */
     int64_t *final_sizes;     /* per strip: final_depth entries */
 } call;
 
@@ -167,8 +167,9 @@ static cake_row_span span_for(const call *k, int tensor, int64_t f, int64_t c0, 
  * rows 0..3 are the taps, row 4 the bias when there is one. */
 static void transpose_weights(const float *w, const float *bias, int64_t C, float *wt) {
     for (int64_t c = 0; c < C; c++) {
-        for (int k = 0; k < 4; k++) wt[(2 * k + c % 2) * (C / 2) + c / 2] = w[c * 4 + k];
-        if (bias) wt[(2 * 4 + c % 2) * (C / 2) + c / 2] = bias[c];
+        float *column = wt + c % 2 * CAKE_CPU_PAIR_STRIDE(C / 2) + c / 2;
+        for (int k = 0; k < 4; k++) column[2 * k * CAKE_CPU_PAIR_STRIDE(C / 2)] = w[c * 4 + k];
+        if (bias) column[2 * 4 * CAKE_CPU_PAIR_STRIDE(C / 2)] = bias[c];
     }
 }
 
@@ -176,7 +177,7 @@ static cake_status alloc_weights(call *k) {
     const cake_call_args *a = k->args;
     const int rows = CAKE_CPU_WEIGHT_ROWS(k->variant);
     int64_t total = 0;
-    for (int i = 0; i < a->num_tensors; i++) total += rows * a->channels[i];
+    for (int i = 0; i < a->num_tensors; i++) total += CAKE_CPU_PAIR_ROWS_FLOATS(rows, a->channels[i]);
     k->wt = malloc(sizeof(float *) * (size_t)a->num_tensors);
     float *base = malloc(sizeof(float) * (size_t)total);
     if (!k->wt || !base) {
@@ -190,7 +191,7 @@ static cake_status alloc_weights(call *k) {
         k->wt[i] = base;
         transpose_weights(a->w[i], k->params->bias ? k->params->bias[i] : NULL, a->channels[i],
                           base);
-        base += rows * a->channels[i];
+        base += CAKE_CPU_PAIR_ROWS_FLOATS(rows, a->channels[i]);
     }
     return CAKE_SUCCESS;
 }
@@ -298,6 +299,11 @@ static const float *stack_total(root_stack *st) {
     return st->values;
 }
 
+/* Floats of one set of partials of a full strip (a root stack entry). */
+static int64_t strip_floats(const call *k) {
+    return CAKE_CPU_PAIR_ROWS_FLOATS(k->taps, STRIP_CHANNELS);
+}
+
 static void backward_unit(void *context, int64_t unit) {
     const call *k = context;
     const int64_t strip_index = unit / k->num_chunks, chunk = unit % k->num_chunks;
@@ -305,8 +311,8 @@ static void backward_unit(void *context, int64_t unit) {
     const int64_t C = k->args->channels[i];
     const int64_t c0 = (strip_index - k->strip_offset[i]) * STRIP_CHANNELS;
     const int64_t c1 = c0 + STRIP_CHANNELS < C ? c0 + STRIP_CHANNELS : C;
-    const int64_t width = k->taps * (c1 - c0);
-    root_stack st = {k->roots + unit * k->depth * k->taps * STRIP_CHANNELS,
+    const int64_t width = CAKE_CPU_PAIR_ROWS_FLOATS(k->taps, c1 - c0);
+    root_stack st = {k->roots + unit * k->depth * strip_floats(k),
                      k->root_sizes + unit * k->depth, 0, width, k->kernels};
     const int64_t b_end = (chunk + 1) * k->chunk_blocks < k->num_blocks
                               ? (chunk + 1) * k->chunk_blocks : k->num_blocks;
@@ -334,12 +340,12 @@ static void finish_strip(const call *k, int64_t strip_index, float *scratch, int
     const int64_t C = k->args->channels[i];
     const int64_t c0 = (strip_index - k->strip_offset[i]) * STRIP_CHANNELS;
     const int64_t c1 = c0 + STRIP_CHANNELS < C ? c0 + STRIP_CHANNELS : C;
-    const int64_t width = k->taps * (c1 - c0);
+    const int64_t width = CAKE_CPU_PAIR_ROWS_FLOATS(k->taps, c1 - c0);
     root_stack st = {scratch, sizes, 0, width, k->kernels};
     for (int64_t chunk = 0; chunk < k->num_chunks; chunk++) {
         const int64_t unit = strip_index * k->num_chunks + chunk;
         for (int64_t e = 0; e < k->depth && k->root_sizes[unit * k->depth + e] > 0; e++)
-            stack_push(&st, k->roots + unit * k->depth * k->taps * STRIP_CHANNELS + e * width,
+            stack_push(&st, k->roots + unit * k->depth * strip_floats(k) + e * width,
                        k->root_sizes[unit * k->depth + e]);
     }
     float *dw = k->args->dw[i];
@@ -353,18 +359,18 @@ static void finish_strip(const call *k, int64_t strip_index, float *scratch, int
     }
     /* The partials are laid out [parity][tap][pair] (see backward_span); tap 4 is dbias. */
     const float *total = stack_total(&st);
-    const int64_t pairs = (c1 - c0) / 2;
+    const int64_t ps = CAKE_CPU_PAIR_STRIDE((c1 - c0) / 2);
     for (int64_t c = 0; c < c1 - c0; c++) {
-        const float *column = total + (c % 2 * k->taps) * pairs + c / 2;
-        for (int t = 0; t < 4; t++) dw[(c0 + c) * 4 + t] = cake_f32_canonical(column[t * pairs]);
-        if (dbias) dbias[c0 + c] = cake_f32_canonical(column[4 * pairs]);
+        const float *column = total + (c % 2 * k->taps) * ps + c / 2;
+        for (int t = 0; t < 4; t++) dw[(c0 + c) * 4 + t] = cake_f32_canonical(column[t * ps]);
+        if (dbias) dbias[c0 + c] = cake_f32_canonical(column[4 * ps]);
     }
 }
 
 static void finish_unit(void *context, int64_t strip_index) {
     const call *k = context;
     finish_strip(k, strip_index,
-                 k->final_values + strip_index * k->final_depth * k->taps * STRIP_CHANNELS,
+                 k->final_values + strip_index * k->final_depth * strip_floats(k),
                  k->final_sizes + strip_index * k->final_depth);
 }
 
@@ -413,9 +419,9 @@ cake_status cake_cpu_backward(const cake_plan *plan, int num_tensors, const int6
     k.depth = log2_of(k.chunk_blocks) + 2; /* roots of a partial chunk, plus a push slot */
     const int64_t units = strips * k.num_chunks;
     k.final_depth = log2_of(ceil_pow2(k.num_blocks > 0 ? k.num_blocks : 1)) + 2;
-    k.roots = malloc(sizeof(float) * (size_t)k.taps * STRIP_CHANNELS * (size_t)(units * k.depth + 1));
+    k.roots = malloc(sizeof(float) * (size_t)strip_floats(&k) * (size_t)(units * k.depth + 1));
     k.root_sizes = malloc(sizeof(int64_t) * (size_t)(units * k.depth + 1));
-    k.final_values = malloc(sizeof(float) * (size_t)k.taps * STRIP_CHANNELS *
+    k.final_values = malloc(sizeof(float) * (size_t)strip_floats(&k) *
                             (size_t)(strips * k.final_depth));
     k.final_sizes = malloc(sizeof(int64_t) * (size_t)(strips * k.final_depth));
     cake_status status = CAKE_SUCCESS;

@@ -13,6 +13,17 @@
 #define CAKE_CPU_STRIP_CHANNELS 4096
 #endif
 
+/* The rows of the kernels' own arrays (transposed weights, dw partials, SiLU's carry) hold
+ * `pairs` floats and start CAKE_CPU_PAIR_STRIDE(pairs) floats apart: 16 floats (one cache line)
+ * of padding, so that the rows a step reads together do not all map to one L1 set, as rows of
+ * 2^k floats would (8 KiB apart at 4096 channels; L1 is 8-way). AMD EPYC, plain backward at one
+ * thread 350-388 -> 296-318 ms, bias + SiLU forward at two 241-256 -> 174-182
+ * (docs/PERFORMANCE.md). */
+#ifndef CAKE_CPU_PAD
+#define CAKE_CPU_PAD 16
+#endif
+#define CAKE_CPU_PAIR_STRIDE(pairs) ((pairs) + CAKE_CPU_PAD)
+
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 typedef struct cake_row_span {
     const uint16_t *x;        /* local rows of the tensor (row stride ld) */
@@ -32,17 +43,21 @@ typedef struct cake_row_span {
 /* Which variant of the op a kernel runs: bit 0 bias, bit 1 SiLU. */
 enum { CAKE_VARIANT_BIAS = 1, CAKE_VARIANT_SILU = 2, CAKE_VARIANT_COUNT = 4 };
 
-/* Weights as the kernels read them: [tap][parity][channels / 2], taps 0..3 then, with a bias,
- * the bias as a fifth row. */
+/* Weights as the kernels read them: [tap][parity][channels / 2] (rows CAKE_CPU_PAIR_STRIDE
+ * apart), taps 0..3 then, with a bias, the bias as a fifth row. */
 #define CAKE_CPU_WEIGHT_ROWS(variant) (4 + ((variant)&CAKE_VARIANT_BIAS))
+/* Floats of `rows` rows of each parity for `channels` channels, padding included: the
+ * transposed weights, one set of partials. */
+#define CAKE_CPU_PAIR_ROWS_FLOATS(rows, channels) ((rows) * 2 * CAKE_CPU_PAIR_STRIDE((channels) / 2))
 
 typedef struct cake_cpu_kernels {
     /* y rows [t0, t1) of the span. */
     void (*forward_span)(const cake_row_span *s, int64_t t0, int64_t t1, const float *wt,
                          int variant, uint16_t *y);
     /* dx rows [t0, t1), and the block partials in row order: dw += g * x(t-3+k) and, with a
-     * bias, dbias += g. partial holds taps * (c1 - c0) floats laid out
-     * [parity][tap][(c1 - c0) / 2], taps = CAKE_CPU_WEIGHT_ROWS(variant). */
+     * bias, dbias += g. partial holds CAKE_CPU_PAIR_ROWS_FLOATS(taps, c1 - c0) floats laid out
+     * [parity][tap][(c1 - c0) / 2] (rows CAKE_CPU_PAIR_STRIDE apart), taps =
+     * CAKE_CPU_WEIGHT_ROWS(variant). */
     void (*backward_span)(const cake_row_span *s, int64_t t0, int64_t t1, const float *wt,
                           int variant, uint16_t *dx, float *partial);
     /* dst[i] = left[i] + right[i]; dst may be left. */
