@@ -119,21 +119,25 @@ typedef struct cake_act_core_ {
     uint32_t scaled; /* all ones when n <= -64, i.e. E < 2^-63, else 0 */
 } cake_act_core_;
 
-CAKE_ACT_FN cake_act_core_ cake_act_core_eval_(float a) {
+/* `unscaled` (a constant the inlining folds): the caller guarantees |a| <= CAKE_ACT_UNSCALED_MAX
+ * (so a is no NaN): then the clamp changes nothing and n >= -63, so `scaled` is 0, and the
+ * operations that only matter otherwise are left out; every value is the same. */
+#define CAKE_ACT_UNSCALED_MAX 0x1.6p+5f /* 44: t log2(e) <= 63.48, so n = rint(-t log2(e)) >= -63 */
+CAKE_ACT_FN cake_act_core_ cake_act_core_eval_(float a, const int unscaled) {
     cake_act_core_ k;
     /* E1: |a| clamped to 128: on the CPU on the bit pattern (integer min; every NaN is above
      * 128), on the GPU by one float min on |a| (FMNMX, which returns 128 for a NaN): the same
      * t for every input, one instruction fewer. */
     const uint32_t u = cake_act_bits_(a);
 #if defined(__CUDA_ARCH__)
-    const float t = fminf(fabsf(a), 0x1p+7f);
+    const float t = unscaled ? fabsf(a) : fminf(fabsf(a), 0x1p+7f);
     const uint32_t tb = cake_act_bits_(t);
 #else
     const uint32_t mag = u & 0x7fffffffu;
-    const uint32_t tb = mag < 0x43000000u ? mag : 0x43000000u;
+    const uint32_t tb = unscaled || mag < 0x43000000u ? mag : 0x43000000u;
     const float t = cake_act_float_(tb);
 #endif
-    k.ac = cake_act_float_(tb | (u & 0x80000000u));
+    k.ac = unscaled ? a : cake_act_float_(tb | (u & 0x80000000u));
     k.neg = 0u - (u >> 31);
     /* E2: n = rint(-t * log2(e)), ties to even: the fma rounds to an integer at 1.5 * 2^23,
      * whose low mantissa bits then hold n (two's complement, n in [-185, 0]). */
@@ -151,7 +155,7 @@ CAKE_ACT_FN cake_act_core_ cake_act_core_eval_(float a) {
     const float ph = fmaf(p, r, 0x1p+0f);
     const float pl = fmaf(p, r, 0x1p+0f - ph); /* 1 - ph is exact */
     /* 2^n, or 2^(n+96) when scaled: n + 127 (+ 96) placed in the exponent field */
-    k.scaled = -(uint32_t)(n < -0x1.fcp+5f); /* n <= -64 */
+    k.scaled = unscaled ? 0u : -(uint32_t)(n < -0x1.fcp+5f); /* n <= -64 */
     const float two_n = cake_act_float_((cake_act_bits_(j) << 23) + 0x3f800000u +
                                         (k.scaled & 0x30000000u));
     /* E5 */
@@ -168,7 +172,7 @@ CAKE_ACT_FN cake_act_core_ cake_act_core_eval_(float a) {
 /* silu(a) = a E' / (1 + E) with E' = E for a < 0 (a * sigmoid(a) = a e^a / (1 + e^a)) and E' = 1
  * for a >= 0: the numerator as a double-float, then one compensated quotient (S1-S6). */
 CAKE_ACT_FN float cake_silu(float a) {
-    const cake_act_core_ k = cake_act_core_eval_(a);
+    const cake_act_core_ k = cake_act_core_eval_(a, 0);
     const float ph = cake_act_sel_(k.neg, k.eh, 0x1p+0f);                 /* S1 */
     const float pl = cake_act_float_(cake_act_bits_(k.el) & k.neg);
     const float nh = k.ac * ph;                                           /* S2 */
@@ -208,8 +212,8 @@ CAKE_ACT_FN void cake_act_grad_near_(float w, float *th, float *tl) {
  * no evaluation through E is accurate enough, so for |a - a0| < 2^-4 T comes from a polynomial
  * in a - a0 instead (G2). Within 1.16 ulp of float64 on every finite input (docs/NUMERICS.md
  * 9.6). */
-CAKE_ACT_FN float cake_silu_grad(float a) {
-    const cake_act_core_ k = cake_act_core_eval_(a);
+CAKE_ACT_FN float cake_silu_grad_(float a, const int unscaled) {
+    const cake_act_core_ k = cake_act_core_eval_(a, unscaled);
     /* G1: 1 + E = d + dlo; T = d + dlo + ac F (F = 1 for a < 0, E = ed + eld otherwise) as
      * th + tl, its head by a two-sum (|ac F| may exceed d when a < -2) */
     const float eld = cake_act_float_(cake_act_bits_(k.el) & ~k.scaled);
@@ -247,9 +251,15 @@ CAKE_ACT_FN float cake_silu_grad(float a) {
     const float rr = fmaf(-q, dh, nh) + nl;
     const float t2 = fmaf(-q, dl, rr);
     float g = fmaf(t2, s2, q);
+    if (unscaled) return g; /* G6 multiplies by 1, G7 sees no NaN */
     g = g * cake_act_float_(0x3f800000u - (k.neg & k.scaled & 0x30000000u)); /* G6: 2^-96 or 1 */
     return cake_act_sel_(0u - (uint32_t)(a != a), a, g);                  /* G7: NaN: a itself */
 }
+CAKE_ACT_FN float cake_silu_grad(float a) { return cake_silu_grad_(a, 0); }
+/* cake_silu_grad(a) for |a| <= CAKE_ACT_UNSCALED_MAX only (the same bits, fewer operations: in
+ * device code about 10 of its 85 instructions; the walks take it where a step's a are all in
+ * range, which ordinary activations are). */
+CAKE_ACT_FN float cake_silu_grad_unscaled(float a) { return cake_silu_grad_(a, 1); }
 
 /* ---- silu for a bf16 output: the quick sequence Q1-Q5 (docs/NUMERICS.md 9.8) ----------------
  * Where only bf16(silu(a)) is kept (the forward's y), a shorter fp32 sequence usually decides the

@@ -15,13 +15,15 @@
  *    bf16(cake_silu(a)) on every input swept, and for |a| <= 64 the quick q within
  *    CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a), the bound its guard relies on (the
  *    max distance and how often the full sequence runs are printed). On the GPU the same for
- *    every input, always (tests/cuda/test_activation_cuda.cu).
+ *    every input, always (tests/cuda/test_activation_cuda.cu);
+ *  - cake_silu_grad_unscaled (the SiLU backward walks' sequence where all a are in its range)
+ *    bitwise equal to cake_silu_grad for every |a| <= CAKE_ACT_UNSCALED_MAX swept.
  *
  * Default (CI, seconds): every 331st bit pattern; every pattern of the hard regions (the
  * subnormal results of a in [-110, -85], the zero of silu' and G2's window in [-1.375, -1.1875],
- * the scaling threshold in [-45, -43], the clamp at +-128, the neighbourhoods of +-FLT_MAX, |a|
- * in [2^-21, 2^-20), |a| near 64, some NaNs); samples of the subnormal and the other
- * |a| < 2^-20; 2^20 random patterns (CAKE_TEST_SEED). CAKE_EXHAUSTIVE=1: all 2^32 patterns
+ * the scaling threshold in [-45, -43] and [43, 45], the clamp at +-128, the neighbourhoods of
+ * +-FLT_MAX, |a| in [2^-21, 2^-20), |a| near 64, some NaNs); samples of the subnormal and the
+ * other |a| < 2^-20; 2^20 random patterns (CAKE_TEST_SEED). CAKE_EXHAUSTIVE=1: all 2^32 patterns
  * (72 s on 16 cores; on 2 cores 13-20 minutes, subnormal arithmetic being slow on x86).
  * Threads: CAKE_NUM_THREADS, else every online processor. Exit 0 pass, 1 fail. */
 #include <setjmp.h>
@@ -142,6 +144,8 @@ typedef struct sweep_stats {
     uint32_t quick_bf16_arg;
     uint64_t quick_full;      /* inputs where cake_silu_for_bf16 ran the full sequence */
     uint32_t quick_full_arg;
+    uint64_t unscaled_differs; /* |a| <= CAKE_ACT_UNSCALED_MAX, cake_silu_grad_unscaled != g */
+    uint32_t unscaled_differs_arg;
     uint64_t mismatch[4];     /* differs from the generic loop: 0 the reference, 2 the avx2 loop,
                                  3 the avx512 loop ([1], the generic loop itself, stays 0) */
     uint32_t mismatch_arg[4];
@@ -220,6 +224,8 @@ static void check_chunk(worker *w, int64_t n) {
             if (dist > CAKE_SILU_QUICK_DISTANCE)
                 note_count(&st->quick_far, &st->quick_far_arg, u);
         }
+        if (fabsf(a) <= CAKE_ACT_UNSCALED_MAX && bits(cake_silu_grad_unscaled(a)) != bits(g))
+            note_count(&st->unscaled_differs, &st->unscaled_differs_arg, u);
         if (isnan(a)) {
             if (bits(y) != u || bits(g) != u)
                 note_count(&st->nan_changed, &st->nan_changed_arg, u);
@@ -296,6 +302,7 @@ static void merge(sweep_stats *m, const sweep_stats *s) {
     MERGE_COUNT(quick_far, quick_far_arg);
     MERGE_COUNT(quick_bf16, quick_bf16_arg);
     MERGE_COUNT(quick_full, quick_full_arg);
+    MERGE_COUNT(unscaled_differs, unscaled_differs_arg);
     for (int p = 0; p < 4; p++) {
         MERGE_COUNT(mismatch[p], mismatch_arg[p]);
     }
@@ -408,6 +415,8 @@ static void run_sweep(const char *label, const sweep_range *ranges, int num_rang
            "from cake_silu", CAKE_SILU_QUICK_DISTANCE);
     REPORT(quick_bf16, quick_bf16_arg, "inputs where bf16(cake_silu_for_bf16) differs from "
            "bf16(cake_silu)");
+    REPORT(unscaled_differs, unscaled_differs_arg, "inputs |a| <= %g where "
+           "cake_silu_grad_unscaled differs from cake_silu_grad", (double)CAKE_ACT_UNSCALED_MAX);
     for (int p = 0; p < 4; p++) {
         REPORT(mismatch[p], mismatch_arg[p], "inputs where %s differs from the generic loop",
                k_path_name[p]);
@@ -456,7 +465,9 @@ static void test_sweep(void **state) {
         {0xc2aa0000, 0xc2dc0001, 1},              /* a in [-110, -85]: subnormal results */
         {0xbf980000, 0xbfb00001, 1},              /* a in [-1.375, -1.1875]: silu' crosses zero,
                                                      G2's window |a - A0H| < 2^-4 and its edges */
-        {0xc22c0000, 0xc2340001, 1},              /* a in [-45, -43]: n = -64, scaling starts */
+        {0xc22c0000, 0xc2340001, 1},              /* a in [-45, -43]: n = -64, scaling starts,
+                                                     and the unscaled silu''s limit, -44 */
+        {0x422c0000, 0x42340001, 1},              /* a in [43, 45]: its limit 44 */
         {0x427f0000, 0x42810000, 1},              /* |a| near 64, the quick sequence's limit */
         {0xc27f0000, 0xc2810000, 1},
         {0x42fe0000, 0x43010000, 1},              /* |a| near the clamp at 128 */

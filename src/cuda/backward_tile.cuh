@@ -187,8 +187,8 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
                                            tile_x_pair(T, s, f0, i, 2, q, t, cq),
                                            tile_x_pair(T, s, f0, i, 3, q, t, cq));
             float2 &g = *reinterpret_cast<float2 *>(&s.g[i][2 * q]);
-            g = make_float2(__fmul_rn(g.x, cake_silu_grad(av.x)),
-                            __fmul_rn(g.y, cake_silu_grad(av.y)));
+            const float2 d = silu_grad_pair(av);
+            g = make_float2(__fmul_rn(g.x, d.x), __fmul_rn(g.y, d.y));
         }
         __syncthreads();
     }

@@ -14,7 +14,9 @@
  *      CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a) for every |a| <= 64 (what its guard
  *      relies on), and the bf16 of cake_silu_for_bf16 equal to the host build's as in (1)
  *      (only its bf16 is kept; the GPU's quick reciprocal may move its last fp32 bit:
- *      CAKE_SILU_QUICK_RCP_APPROX in src/activation.h).
+ *      CAKE_SILU_QUICK_RCP_APPROX in src/activation.h);
+ *  (4) cake_silu_grad_unscaled (what the SiLU backward walks run where a step's a are all in its
+ *      range) bitwise equal to cake_silu_grad on the GPU for every |a| <= CAKE_ACT_UNSCALED_MAX.
  * The GPU computes chunk c+1 while the host checks chunk c. On an H200 machine with 16 host
  * cores: about 10 s against the AVX-512 build, 62 s against the generic one.
  *
@@ -93,6 +95,7 @@ struct DeviceStats {
     unsigned long long silu_over_bound, grad_over_bound, not_finite;
     unsigned long long quick_distance; /* bit patterns between q and cake_silu, |a| <= 64 */
     unsigned long long quick_far, quick_bf16, quick_full; /* counts, as main reports them */
+    unsigned long long unscaled_differs; /* |a| <= 44 with cake_silu_grad_unscaled != cake_silu_grad */
 };
 
 /* bf16 of f, round to nearest even, every NaN one pattern (only equality is asked). */
@@ -153,7 +156,7 @@ __device__ unsigned long long warp_max(unsigned long long v) {
 __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, float *quick,
                          DeviceStats *st) {
     unsigned long long ks = 0, kg = 0, over = 0, gover = 0, nonfinite = 0;
-    unsigned long long kq = 0, far = 0, qbf16 = 0, full = 0;
+    unsigned long long kq = 0, far = 0, qbf16 = 0, full = 0, unscaled = 0;
     const uint32_t stride = gridDim.x * blockDim.x;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const uint32_t u = base + i;
@@ -161,6 +164,8 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, fl
         const float y = cake_silu(a), g = cake_silu_grad(a);
         silu[i] = y;
         grad[i] = g;
+        if (fabsf(a) <= CAKE_ACT_UNSCALED_MAX && __float_as_uint(cake_silu_grad_unscaled(a)) != __float_as_uint(g))
+            unscaled++;
         const float yq = cake_silu_for_bf16(a);
         quick[i] = yq;
         if (bf16_of(yq) != bf16_of(y)) qbf16++;
@@ -195,6 +200,7 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, fl
         far += __shfl_xor_sync(0xffffffffu, far, o);
         qbf16 += __shfl_xor_sync(0xffffffffu, qbf16, o);
         full += __shfl_xor_sync(0xffffffffu, full, o);
+        unscaled += __shfl_xor_sync(0xffffffffu, unscaled, o);
     }
     if ((threadIdx.x & 31) == 0) {
         atomicMax(&st->silu, ks);
@@ -206,6 +212,7 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, fl
         if (far) atomicAdd(&st->quick_far, far);
         if (qbf16) atomicAdd(&st->quick_bf16, qbf16);
         if (full) atomicAdd(&st->quick_full, full);
+        if (unscaled) atomicAdd(&st->unscaled_differs, unscaled);
     }
 }
 
@@ -363,6 +370,8 @@ int main(void) {
     print_key("quick silu: max distance, |a| <= 64 (GPU)", st.quick_distance, "patterns");
     printf("[cake-test]   quick silu: the full sequence ran for %llu of 2^32 inputs\n",
            st.quick_full);
+    printf("[cake-test]   silu' unscaled against full, |a| <= %g: %llu inputs differ\n",
+           (double)CAKE_ACT_UNSCALED_MAX, st.unscaled_differs);
     int failed = 0;
     if (mismatches) {
         float in[1] = {from_bits(first)}, y[1], g[1], q[1];
@@ -377,6 +386,11 @@ int main(void) {
     if (st.quick_far) {
         fprintf(stderr, "[cake-test] FAILED: %llu inputs |a| <= 64 with the quick q more than %u "
                         "patterns from cake_silu\n", st.quick_far, CAKE_SILU_QUICK_DISTANCE);
+        failed = 1;
+    }
+    if (st.unscaled_differs) {
+        fprintf(stderr, "[cake-test] FAILED: %llu inputs |a| <= %g where cake_silu_grad_unscaled "
+                        "differs from cake_silu_grad\n", st.unscaled_differs, (double)CAKE_ACT_UNSCALED_MAX);
         failed = 1;
     }
     if (st.quick_bf16) {
