@@ -55,8 +55,12 @@ static void *copy_worker(void *arg) {
     return NULL;
 }
 
+void *bench_alloc_aligned(size_t bytes) {
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
 double bench_memcpy_bandwidth(size_t bytes, int threads, int repeats) {
-    char *src = malloc(bytes), *dst = malloc(bytes);
+    char *src = bench_alloc_aligned(bytes), *dst = bench_alloc_aligned(bytes);
     if (!src || !dst) {
         free(src);
         free(dst);

@@ -15,8 +15,10 @@ void bench_fill_f32(float *data, int64_t count, uint64_t seed);
 /* cu_seqlens for `rows` tokens cut into sequences of random length in [1, 2 * mean_length);
  * returns the number of sequences. cu must hold rows + 1 entries. */
 int64_t bench_random_cu_seqlens(int64_t rows, int64_t mean_length, uint64_t seed, int64_t *cu);
+/* 64-byte aligned memory (free() releases it), as torch's CPU allocator aligns tensors. */
+void *bench_alloc_aligned(size_t bytes);
 /* Best copy bandwidth (bytes read + written per second) of memcpy over `bytes`, on `threads`
- * threads each copying its share. */
+ * threads each copying its share (64-byte aligned buffers). */
 double bench_memcpy_bandwidth(size_t bytes, int threads, int repeats);
 
 #endif

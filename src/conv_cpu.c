@@ -117,6 +117,7 @@ typedef struct call {
     const cake_conv_params *params;
     int variant;              /* CAKE_VARIANT_* of the params */
     int taps;                 /* partial columns per channel: 4 dw taps, + 1 dbias with a bias */
+    int stream;               /* forward: y by non-temporal stores (CAKE_CPU_STREAM_BYTES) */
     const cake_cpu_kernels *kernels;
     float **wt;               /* per tensor: weights (and bias) transposed to [rows][C] */
     /* forward */
@@ -159,6 +160,7 @@ static cake_row_span span_for(const call *k, int tensor, int64_t f, int64_t c0, 
         .future_valid = after < CAKE_HALO_ROWS ? after : CAKE_HALO_ROWS,
         .c0 = c0,
         .c1 = c1,
+        .stream = k->stream,
     };
     return s;
 }
@@ -244,6 +246,9 @@ cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors, const int64
     call k = call_of(plan, &args);
     CAKE_CHECK(resolve_options(options, &threads, &k.kernels));
     if (args.rows == 0) return CAKE_SUCCESS;
+    int64_t y_bytes = 0;
+    for (int i = 0; i < num_tensors; i++) y_bytes += args.rows * channels[i] * (int64_t)sizeof(cake_bf16);
+    k.stream = y_bytes >= CAKE_CPU_STREAM_BYTES;
     k.unit_offset = malloc(sizeof(int64_t) * ((size_t)num_tensors + 1));
     k.unit_rows = malloc(sizeof(int64_t) * (size_t)num_tensors);
     if (!k.unit_offset || !k.unit_rows) {

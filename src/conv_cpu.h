@@ -24,6 +24,16 @@
 #endif
 #define CAKE_CPU_PAIR_STRIDE(pairs) ((pairs) + CAKE_CPU_PAD)
 
+/* Forward calls whose y arrays together take at least this many bytes write y with
+ * non-temporal stores where a whole aligned 64-byte line is written (the avx512bf16 path's plain
+ * and bias steps): y then goes to memory without first being read into the cache. Smaller calls
+ * keep ordinary stores, which leave y in the cache for the next op to read. Never changes a bit.
+ * AMD EPYC, 3 x [32768, 4096], 2 threads: plain forward 67-73 -> 42-46 ms (docs/PERFORMANCE.md);
+ * for dx the same stores gained nothing measurable, so the backward keeps ordinary ones. */
+#ifndef CAKE_CPU_STREAM_BYTES
+#define CAKE_CPU_STREAM_BYTES ((int64_t)32 << 20)
+#endif
+
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 typedef struct cake_row_span {
     const uint16_t *x;        /* local rows of the tensor (row stride ld) */
@@ -38,6 +48,7 @@ typedef struct cake_row_span {
     int64_t future_valid;     /* future rows still in the fragment's sequence (0..3): g is +0.0
                                  beyond them */
     int64_t c0, c1;           /* channel strip, at most CAKE_CPU_STRIP_CHANNELS wide */
+    int stream;               /* forward: y by non-temporal stores (CAKE_CPU_STREAM_BYTES) */
 } cake_row_span;
 
 /* Which variant of the op a kernel runs: bit 0 bias, bit 1 SiLU. */

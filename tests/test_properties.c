@@ -1,7 +1,7 @@
 /* Properties of SPEC 3 that must hold bitwise: thread counts, ISA paths, multi vs single calls,
  * partition invariance of y and dx, NaN/inf propagation (canonical NaN), empty ranks, C = 8,
  * mixed C in one call, fragments of 1 and 2 rows; each over the four variants (plain, bias, SiLU,
- * bias + SiLU), dbias included. */
+ * bias + SiLU), dbias included. And a forward large enough for non-temporal stores. */
 #include "test_util.h"
 
 #include <inttypes.h>
@@ -605,6 +605,59 @@ static void test_empty_rank(void **state) {
     cake_partition_destroy(p);
 }
 
+/* A forward call large enough that y goes by non-temporal stores (CAKE_CPU_STREAM_BYTES, 32
+ * MiB; on the avx512bf16 path, wherever a whole aligned 64-byte line is written): y bitwise equal
+ * to the reference on every ISA path this processor runs, with y 64-byte aligned (streamed) and
+ * 32 bytes past a line (ordinary stores only), plain and with a bias, NaN and infinities among
+ * the inputs, a sequence of one row and a row count that leaves a short last step. */
+static void test_streamed_forward(void **state) {
+    (void)state;
+    enum { S = 4227, C = 4096 }; /* y: 34.6 MB */
+    const int64_t cu[] = {0, 1, 1500, S};
+    const size_t n = (size_t)S * C;
+    tu_rng r;
+    tu_rng_init(&r, 911);
+    cake_bf16 *x = tu_malloc(n * sizeof *x), *ref = tu_malloc(n * sizeof *ref);
+    cake_bf16 *ybuf = aligned_alloc(64, n * sizeof *ybuf + 64);
+    TU_CHECK(ybuf != NULL, "out of memory");
+    float *w = tu_malloc(4 * C * sizeof *w), *bias = tu_malloc(C * sizeof *bias);
+    tu_fill_bf16(&r, TU_MODERATE, x, (int64_t)n);
+    tu_fill_weights(&r, TU_MODERATE, w, 4 * C);
+    tu_fill_weights(&r, TU_MODERATE, bias, C);
+    x[5] = 0x7fc1;               /* a NaN with a payload */
+    x[(size_t)7 * C + 9] = 0x7f80;  /* +inf */
+    x[(size_t)100 * C + 3] = 0xff80; /* -inf */
+    x[(size_t)2000 * C + 64] = 0xffc5; /* a negative NaN */
+    x[(size_t)2000 * C + 65] = 0x7fc0;
+    const int64_t channels[] = {C};
+    const cake_bf16 *xs[] = {x};
+    const float *ws[] = {w}, *biases[] = {bias};
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        const ref_params rp = {with_bias ? bias : NULL, REF_ACT_NONE};
+        ref_forward_p(cu, 3, C, x, w, &rp, ref);
+        const cake_conv_params cp = {CAKE_ACTIVATION_NONE, with_bias ? biases : NULL, NULL};
+        for (int offset = 0; offset <= 16; offset += 16) { /* elements: 0 or 32 bytes */
+            cake_bf16 *y = ybuf + offset;
+            cake_bf16 *const ys[] = {y};
+            for (int isa = CAKE_CPU_ISA_GENERIC; isa < CAKE_CPU_ISA_COUNT; isa++) {
+                if (!cake_cpu_isa_supported((cake_cpu_isa)isa)) continue;
+                tu_set_ctx("streamed forward, %s, y %d bytes past a line, isa %s",
+                           with_bias ? "bias" : "plain", offset * 2,
+                           cake_cpu_isa_name((cake_cpu_isa)isa));
+                const cake_cpu_options opt = {2, (cake_cpu_isa)isa};
+                memset(y, 0xab, n * sizeof *y);
+                TU_OK(cake_cpu_forward_single_rank(cu, 3, 1, channels, xs, ws, &cp, ys, &opt));
+                TU_CHECK(memcmp(y, ref, n * sizeof *y) == 0, "y differs from the reference");
+            }
+        }
+    }
+    free(x);
+    free(ref);
+    free(ybuf);
+    free(w);
+    free(bias);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_counts),   cmocka_unit_test(test_isa_paths),
@@ -613,6 +666,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_fragments),  cmocka_unit_test(test_c8),
         cmocka_unit_test(test_mixed_channels),  cmocka_unit_test(test_nan_inf_hand),
         cmocka_unit_test(test_nan_inf_random),  cmocka_unit_test(test_empty_rank),
+        cmocka_unit_test(test_streamed_forward),
     };
     tu_seed();
     return cmocka_run_group_tests(tests, NULL, NULL);
