@@ -247,7 +247,8 @@ cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors, const int64
     CAKE_CHECK(resolve_options(options, &threads, &k.kernels));
     if (args.rows == 0) return CAKE_SUCCESS;
     int64_t y_bytes = 0;
-    for (int i = 0; i < num_tensors; i++) y_bytes += args.rows * channels[i] * (int64_t)sizeof(cake_bf16);
+    for (int i = 0; i < num_tensors; i++)
+        y_bytes += args.rows * channels[i] * (int64_t)sizeof(cake_bf16);
     k.stream = y_bytes >= CAKE_CPU_STREAM_BYTES;
     k.unit_offset = malloc(sizeof(int64_t) * ((size_t)num_tensors + 1));
     k.unit_rows = malloc(sizeof(int64_t) * (size_t)num_tensors);

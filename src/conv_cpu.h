@@ -17,7 +17,7 @@
  * `pairs` floats and start CAKE_CPU_PAIR_STRIDE(pairs) floats apart: 16 floats (one cache line)
  * of padding, so that the rows a step reads together do not all map to one L1 set, as rows of
  * 2^k floats would (8 KiB apart at 4096 channels; L1 is 8-way). AMD EPYC, plain backward at one
- * thread 350-388 -> 296-318 ms, bias + SiLU forward at two 241-256 -> 174-182
+ * thread 353-355 -> 307-323 ms, bias + SiLU forward at two 222-245 -> 156-164
  * (docs/PERFORMANCE.md). */
 #ifndef CAKE_CPU_PAD
 #define CAKE_CPU_PAD 16
@@ -28,8 +28,9 @@
  * non-temporal stores where a whole aligned 64-byte line is written (the avx512bf16 path's plain
  * and bias steps): y then goes to memory without first being read into the cache. Smaller calls
  * keep ordinary stores, which leave y in the cache for the next op to read. Never changes a bit.
- * AMD EPYC, 3 x [32768, 4096], 2 threads: plain forward 67-73 -> 42-46 ms (docs/PERFORMANCE.md);
- * for dx the same stores gained nothing measurable, so the backward keeps ordinary ones. */
+ * AMD EPYC, 3 x [32768, 4096]: plain forward at one thread 86.9-88.6 -> 76.2 ms, with a bias at
+ * two 54.7-70.7 -> 48.0-48.9 ms (docs/PERFORMANCE.md); for dx the same stores gained nothing
+ * measurable, so the backward keeps ordinary ones. */
 #ifndef CAKE_CPU_STREAM_BYTES
 #define CAKE_CPU_STREAM_BYTES ((int64_t)32 << 20)
 #endif
