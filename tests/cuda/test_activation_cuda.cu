@@ -95,7 +95,7 @@ struct DeviceStats {
     unsigned long long silu_over_bound, grad_over_bound, not_finite;
     unsigned long long quick_distance; /* bit patterns between q and cake_silu, |a| <= 64 */
     unsigned long long quick_far, quick_bf16, quick_full; /* counts, as main reports them */
-    unsigned long long unscaled_differs; /* |a| <= 44 with cake_silu_grad_unscaled != cake_silu_grad */
+    unsigned long long unscaled_differs; /* |a| <= 44, cake_silu_grad_unscaled != cake_silu_grad */
 };
 
 /* bf16 of f, round to nearest even, every NaN one pattern (only equality is asked). */
@@ -164,7 +164,8 @@ __global__ void evaluate(uint32_t base, uint32_t n, float *silu, float *grad, fl
         const float y = cake_silu(a), g = cake_silu_grad(a);
         silu[i] = y;
         grad[i] = g;
-        if (fabsf(a) <= CAKE_ACT_UNSCALED_MAX && __float_as_uint(cake_silu_grad_unscaled(a)) != __float_as_uint(g))
+        if (fabsf(a) <= CAKE_ACT_UNSCALED_MAX &&
+            __float_as_uint(cake_silu_grad_unscaled(a)) != __float_as_uint(g))
             unscaled++;
         const float yq = cake_silu_for_bf16(a);
         quick[i] = yq;
@@ -390,7 +391,8 @@ int main(void) {
     }
     if (st.unscaled_differs) {
         fprintf(stderr, "[cake-test] FAILED: %llu inputs |a| <= %g where cake_silu_grad_unscaled "
-                        "differs from cake_silu_grad\n", st.unscaled_differs, (double)CAKE_ACT_UNSCALED_MAX);
+                        "differs from cake_silu_grad\n",
+                st.unscaled_differs, (double)CAKE_ACT_UNSCALED_MAX);
         failed = 1;
     }
     if (st.quick_bf16) {
