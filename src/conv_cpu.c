@@ -168,10 +168,11 @@ static cake_row_span span_for(const call *k, int tensor, int64_t f, int64_t c0, 
 /* The kernels read weights as [row][parity][pair]: channel c is pair c / 2 of parity c % 2;
  * rows 0..3 are the taps, row 4 the bias when there is one. */
 static void transpose_weights(const float *w, const float *bias, int64_t C, float *wt) {
+    const int64_t row = CAKE_CPU_PAIR_STRIDE(C / 2); /* floats between rows */
     for (int64_t c = 0; c < C; c++) {
-        float *column = wt + c % 2 * CAKE_CPU_PAIR_STRIDE(C / 2) + c / 2;
-        for (int k = 0; k < 4; k++) column[2 * k * CAKE_CPU_PAIR_STRIDE(C / 2)] = w[c * 4 + k];
-        if (bias) column[2 * 4 * CAKE_CPU_PAIR_STRIDE(C / 2)] = bias[c];
+        float *column = wt + c % 2 * row + c / 2;
+        for (int k = 0; k < 4; k++) column[2 * k * row] = w[c * 4 + k];
+        if (bias) column[2 * 4 * row] = bias[c];
     }
 }
 

@@ -443,22 +443,21 @@ __host__ __device__ constexpr int backward_column(int V) { return 2 * backward_l
 #define CAKE_CUDA_SILU_NAN_BY_FULL 1
 #endif
 constexpr bool kSiluNanByFull = CAKE_CUDA_SILU_NAN_BY_FULL != 0;
+/* The full sequences where the quick or unscaled ones cannot serve: called, or inlined at every
+ * use (CAKE_CUDA_SILU_FULL_CALL=0). */
 #if CAKE_CUDA_SILU_FULL_CALL
-static __device__ __noinline__ float silu_full(float a) { return cake_silu(a); }
+#define CAKE_SILU_FULL_FN static __device__ __noinline__
 #else
-static __device__ __forceinline__ float silu_full(float a) { return cake_silu(a); }
+#define CAKE_SILU_FULL_FN static __device__ __forceinline__
 #endif
+CAKE_SILU_FULL_FN float silu_full(float a) { return cake_silu(a); }
+CAKE_SILU_FULL_FN float silu_grad_full(float a) { return cake_silu_grad(a); }
 /* silu' of a pair by cake_silu_grad_unscaled where both a are within its range (the same bits,
  * about 10 of silu''s 85 instructions fewer, src/activation.h), else by the full sequence, called
  * (|a| > 44 or NaN: rare in activations, so its code stays out of the loop).
  * CAKE_CUDA_SILU_GRAD_UNSCALED=0: the full sequence always. */
 #ifndef CAKE_CUDA_SILU_GRAD_UNSCALED
 #define CAKE_CUDA_SILU_GRAD_UNSCALED 1
-#endif
-#if CAKE_CUDA_SILU_FULL_CALL
-static __device__ __noinline__ float silu_grad_full(float a) { return cake_silu_grad(a); }
-#else
-static __device__ __forceinline__ float silu_grad_full(float a) { return cake_silu_grad(a); }
 #endif
 __device__ __forceinline__ float2 silu_grad_pair(float2 a) {
     if (!CAKE_CUDA_SILU_GRAD_UNSCALED) return make_float2(cake_silu_grad(a.x), cake_silu_grad(a.y));
