@@ -36,18 +36,15 @@ __device__ __forceinline__ int64_t first_item() {
 }
 __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
-/* Channels one thread of a row covers. */
-__host__ __device__ constexpr int forward_column(int V) { return 2 * forward_lanes(V); }
-
-/* Forward items: (run of rows, column of forward_lanes(V) pairs); consecutive threads take
- * consecutive columns. */
-template <int V>
+/* Forward items: (run of rows, column of L pairs); consecutive threads take consecutive
+ * columns. */
+template <int V, int L>
 __device__ void forward_items(const ConvArgs &a) {
-    constexpr int column = forward_column(V);
+    constexpr int column = 2 * L;
     for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
         const int64_t local = item - T.work_begin, columns = T.channels / column;
-        forward_item<V>(a, T, (local / columns) * a.rows_per_item, column * (local % columns));
+        forward_item<V, L>(a, T, (local / columns) * a.rows_per_item, column * (local % columns));
     }
 }
 
@@ -108,11 +105,17 @@ __device__ void tree_items(const ConvArgs &a, const TreePass &pass) {
 #ifndef CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS
 #define CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS 4
 #endif
-template <int V>
-__global__ void __launch_bounds__(kThreads, (V & kSilu) ? CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS
-                                                        : CAKE_CUDA_FORWARD_MIN_BLOCKS)
+__host__ __device__ constexpr int forward_min_blocks(int V, bool large) {
+    return !(V & kSilu) ? CAKE_CUDA_FORWARD_MIN_BLOCKS
+           : large      ? CAKE_CUDA_FORWARD_SILU_LARGE_MIN_BLOCKS
+                        : CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS;
+}
+/* The forward in one of its two forms: the one for every call, or (`large`) the one for calls
+ * that fill the GPU (pick_forward_form). */
+template <int V, bool large>
+__global__ void __launch_bounds__(kThreads, forward_min_blocks(V, large))
     forward_kernel(const __grid_constant__ ConvArgs a) {
-    forward_items<V>(a);
+    forward_items<V, forward_lanes(V, large)>(a);
 }
 
 /* The split walk serves small cooperative calls (ordinary ones run the tiles unless
@@ -181,13 +184,22 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
 
 /* The kernels of one variant, as host pointers (the supported set at a glance). */
 struct Kernels {
-    const void *forward, *backward_fused, *backward_split, *backward_cooperative, *tree,
+    const void *forward[2]; /* [large] */
+    const void *backward_fused, *backward_split, *backward_cooperative, *tree,
         *backward_tile, *backward_panel;
 };
 
+/* The large calls' forward: its own kernel where the form differs (SiLU), else the one form. */
+template <int V>
+constexpr const void *large_forward_kernel() {
+    if constexpr ((V & kSilu) != 0) return (const void *)forward_kernel<V, true>;
+    else return (const void *)forward_kernel<V, false>;
+}
+
 template <int V>
 constexpr Kernels kernels_of() {
-    return {(const void *)forward_kernel<V>, (const void *)backward_kernel<false, V>,
+    return {{(const void *)forward_kernel<V, false>, large_forward_kernel<V>()},
+            (const void *)backward_kernel<false, V>,
             (const void *)backward_kernel<true, V>, (const void *)backward_cooperative_kernel<V>,
             (const void *)tree_kernel<V>, (const void *)backward_tile_kernel<V>,
             (const void *)backward_panel_kernel<V>};
@@ -305,10 +317,28 @@ int64_t resident_threads(const cake_cuda_plan *plan) {
 #ifndef CAKE_CUDA_FORWARD_FILL
 #define CAKE_CUDA_FORWARD_FILL 90
 #endif
-int64_t forward_items_wanted(const cake_cuda_plan *plan, int V) {
+int64_t forward_items_wanted(const cake_cuda_plan *plan, int V, bool large) {
     const cake_cuda_launch_facts *f = cake_cuda_plan_launch_facts(plan);
     if (CAKE_CUDA_FORWARD_FILL == 0) return 2 * resident_threads(plan);
-    return f->sms * f->forward_blocks_per_sm[V] * kThreads * CAKE_CUDA_FORWARD_FILL / 100;
+    return f->sms * f->forward_blocks_per_sm[V][large] * kThreads * CAKE_CUDA_FORWARD_FILL / 100;
+}
+
+/* Threads across one row of tensors [first, first + count) at `column` channels a thread. */
+int64_t row_columns(const cake_call_args &call, int first, int count, int column) {
+    int64_t columns = 0;
+    for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
+    return columns;
+}
+
+/* The forward's large calls' form (forward_lanes) for a call that, at its lanes, still gives
+ * every thread the form keeps resident an item of the longest run of rows: only there do its
+ * wider accesses pay (docs/PERFORMANCE.md). Never changes bits. */
+bool pick_large_forward(const cake_cuda_plan *plan, const cake_call_args &call, int first,
+                        int count, int V) {
+    if (forward_lanes(V, true) == forward_lanes(V, false)) return false; /* one form */
+    const int64_t rows = cake_cuda_plan_rows(plan);
+    const int64_t columns = row_columns(call, first, count, 2 * forward_lanes(V, true));
+    return (rows + kForwardRows - 1) / kForwardRows * columns >= forward_items_wanted(plan, V, true);
 }
 
 /* Rows per item of the row-run walks: long runs stream best, but small calls need `want`
@@ -334,12 +364,12 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
     a.future_valid = cake_cuda_plan_future_valid(plan);
     a.num_fragments = cake_cuda_plan_num_fragments(plan);
     a.num_blocks = (a.rows + kBlockRows - 1) / kBlockRows;
-    const int column = backward ? backward_column(V) : forward_column(V);
-    int64_t columns = 0;
-    for (int i = first; i < first + count; i++) columns += call.channels[i] / column;
+    a.large = !backward && pick_large_forward(plan, call, first, count, V);
+    const int column = backward ? backward_column(V) : 2 * forward_lanes(V, a.large);
+    const int64_t columns = row_columns(call, first, count, column);
     /* (the backward's dx items, split cooperative calls only, keep the earlier rule) */
     a.rows_per_item = rows_per_item(a.rows, columns, backward ? 2 * resident_threads(plan)
-                                                              : forward_items_wanted(plan, V));
+                                                              : forward_items_wanted(plan, V, a.large));
     /* Too few dw blocks to fill the GPU: the tiles (ordinary launches), or the split walk
      * (cooperative: dx apart, in short runs, next to the dw chains). */
     a.split = backward && (cooperative || a.num_blocks * columns < resident_threads(plan) / 8);
@@ -397,9 +427,11 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
     f->sms = sms;
     f->threads_per_sm = per_sm;
     for (int v = 0; v < kVariants; v++) {
-        int fwd = 0, bwd = 0;
-        CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fwd, kKernels[v].forward, kThreads, 0),
-                        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+        int fwd[2] = {0, 0}, bwd = 0;
+        for (int large = 0; large < 2; large++)
+            CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                                &fwd[large], kKernels[v].forward[large], kThreads, 0),
+                            "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
         CAKE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                             &bwd, kKernels[v].backward_cooperative, kThreads, 0),
                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -417,7 +449,7 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  backward_fused_shared_bytes(v)),
                             "cudaFuncSetAttribute(fused backward kernel)");
-        f->forward_blocks_per_sm[v] = fwd;
+        for (int large = 0; large < 2; large++) f->forward_blocks_per_sm[v][large] = fwd[large];
         f->cooperative_backward_blocks_per_sm[v] = bwd;
     }
     return CAKE_SUCCESS;
@@ -528,24 +560,24 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
     const int V = variant_of(cake_params_or_default(params));
     const Kernels &kernels = kKernels[V];
     const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
-    /* Ordinary launches too: a grid the size of what fits at once, striding over the items,
-     * streams better than one block per 256 items (measured on the H200). */
-    int64_t resident = 0;
-    CAKE_CHECK(max_resident_grid(facts, facts.forward_blocks_per_sm[V], &resident));
     const int coop = pick_cooperative(cooperative);
     for (int first = 0; first < num_tensors; first += kMaxTensors) {
         const int count = num_tensors - first < kMaxTensors ? num_tensors - first : kMaxTensors;
         ConvArgs a;
         fill_args(a, plan, args, first, count, NULL, NULL, NULL, 0);
+        const void *kernel = kernels.forward[a.large];
+        /* Ordinary launches too: a grid the size of what fits at once, striding over the
+         * items, streams better than one block per 256 items (measured on the H200). */
+        int64_t resident = 0;
+        CAKE_CHECK(max_resident_grid(facts, facts.forward_blocks_per_sm[V][a.large], &resident));
         void *launch_args[] = {&a};
         if (coop) {
-            CAKE_CHECK(launch_cooperative(kernels.forward, resident, a.total_work, launch_args,
-                                          stream));
+            CAKE_CHECK(launch_cooperative(kernel, resident, a.total_work, launch_args, stream));
         } else {
             int64_t blocks;
             CAKE_CHECK(launch_ordinary_grid(a.total_work, &blocks));
             if (blocks > resident) blocks = resident;
-            CAKE_CHECK(launch(kernels.forward, blocks, launch_args, stream, "forward kernel"));
+            CAKE_CHECK(launch(kernel, blocks, launch_args, stream, "forward kernel"));
         }
     }
     return CAKE_SUCCESS;

@@ -114,6 +114,8 @@ struct ConvArgs {
     int64_t total_work;        /* items of the launch (fused backward, forward) */
     int64_t dx_work;           /* split backward: dx items; total_work then counts dw items */
     int split;                 /* backward: dx and dw in separate walks */
+    int large;                 /* forward: the large calls' form (forward_lanes; the host
+                                  launches its kernel) */
     int fold_passes;           /* fused backward: the first tree passes, folded by the kernel */
     TreePass fold[kMaxFoldPasses];
     TensorArgs t[kMaxTensors];
@@ -413,8 +415,23 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
 #ifndef CAKE_CUDA_BACKWARD_SILU_LANES
 #define CAKE_CUDA_BACKWARD_SILU_LANES 1
 #endif
-__host__ __device__ constexpr int forward_lanes(int V) {
-    return (V & kSilu) ? CAKE_CUDA_FORWARD_SILU_LANES : CAKE_CUDA_FORWARD_LANES;
+/* SiLU's forward for calls large enough to give every resident thread of its kernel a whole
+ * item (the host's pick_forward_lanes): two pairs a thread at 3 blocks, quick sequences in
+ * batches of 2 rows. H200, queued: 476.1 against 502.9-505.9 us at the main shape, but 11.6
+ * against 10.4-10.7 at 1 x [2048, 2048], where fewer, wider items leave the GPU part idle
+ * (docs/PERFORMANCE.md). The plain and bias forwards have one form. */
+#ifndef CAKE_CUDA_FORWARD_SILU_LARGE_LANES
+#define CAKE_CUDA_FORWARD_SILU_LARGE_LANES 2
+#endif
+#ifndef CAKE_CUDA_FORWARD_SILU_LARGE_MIN_BLOCKS
+#define CAKE_CUDA_FORWARD_SILU_LARGE_MIN_BLOCKS 3
+#endif
+#ifndef CAKE_CUDA_SILU_LARGE_BATCH_ROWS
+#define CAKE_CUDA_SILU_LARGE_BATCH_ROWS 2
+#endif
+__host__ __device__ constexpr int forward_lanes(int V, bool large = false) {
+    return (V & kSilu) ? (large ? CAKE_CUDA_FORWARD_SILU_LARGE_LANES : CAKE_CUDA_FORWARD_SILU_LANES)
+                       : CAKE_CUDA_FORWARD_LANES;
 }
 __host__ __device__ constexpr int backward_lanes(int V) {
     return (V & kSilu) ? CAKE_CUDA_BACKWARD_SILU_LANES : CAKE_CUDA_BACKWARD_LANES;
@@ -425,7 +442,8 @@ __host__ __device__ constexpr int backward_column(int V) { return 2 * backward_l
 /* SiLU's forward by the quick sequence, the full one only where the quick one cannot decide the
  * bf16 (same bits: docs/NUMERICS.md 9.8); CAKE_CUDA_SILU_QUICK=0 runs the full sequence for every
  * element. CAKE_CUDA_SILU_BATCH_ROWS: rows of a step whose quick sequences run before any full
- * one (ForwardOp::silu_step; 0: element by element). CAKE_CUDA_SILU_FULL_CALL=1: the full
+ * one (ForwardOp::silu_step; 0: element by element; CAKE_CUDA_SILU_LARGE_BATCH_ROWS in the large
+ * calls' form, CAKE_CUDA_FORWARD_SILU_LARGE_LANES). CAKE_CUDA_SILU_FULL_CALL=1: the full
  * sequence as one function called where needed, instead of a copy inlined at every element. */
 #ifndef CAKE_CUDA_SILU_QUICK
 #define CAKE_CUDA_SILU_QUICK 1
@@ -522,7 +540,7 @@ struct ForwardOp {
         for (int r = 0; r < kRows; r++) s.x[r] = load_vec<L>(T.x + (t + r) * T.channels + c);
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
-        if ((V & kSilu) && CAKE_CUDA_SILU_QUICK && CAKE_CUDA_SILU_BATCH_ROWS > 0) {
+        if ((V & kSilu) && CAKE_CUDA_SILU_QUICK && kSiluBatchWanted > 0) {
             silu_step(T, s, t, c);
         } else {
 #pragma unroll
@@ -546,8 +564,10 @@ struct ForwardOp {
      * full sequence only for the elements whose bf16 the quick one cannot decide (about 2.6 in
      * 10^4 of ordinary inputs: docs/NUMERICS.md 9.8), their a recomputed (the same fmas, the
      * same bits), then the stores. */
+    static constexpr int kSiluBatchWanted =
+        L > CAKE_CUDA_FORWARD_SILU_LANES ? CAKE_CUDA_SILU_LARGE_BATCH_ROWS : CAKE_CUDA_SILU_BATCH_ROWS;
     static constexpr int kSiluBatch =
-        CAKE_CUDA_SILU_BATCH_ROWS < 1 ? 1 : CAKE_CUDA_SILU_BATCH_ROWS < kRows ? CAKE_CUDA_SILU_BATCH_ROWS : kRows;
+        kSiluBatchWanted < 1 ? 1 : kSiluBatchWanted < kRows ? kSiluBatchWanted : kRows;
     __device__ __forceinline__ void silu_step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
         static_assert(kRows % kSiluBatch == 0, "whole batches in a step");
         const Vec<L> h[3] = {x0, x1, x2};
@@ -603,11 +623,11 @@ struct ForwardOp {
     }
 };
 
-/* Rows [t0, t0 + rows_per_item) of forward_lanes(V) channel pairs from c. */
-template <int V>
+/* Rows [t0, t0 + rows_per_item) of L channel pairs from c. */
+template <int V, int L>
 __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
     const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
-    ForwardOp<V, forward_lanes(V)> op;
+    ForwardOp<V, L> op;
     op.w.load(T, c);
     walk_rows(a, T, op, t0, t1, c);
 }

@@ -27,7 +27,7 @@ extern "C" {
 #define CAKE_CUDA_VARIANTS 4
 typedef struct cake_cuda_launch_facts {
     int64_t sms, threads_per_sm;
-    int64_t forward_blocks_per_sm[CAKE_CUDA_VARIANTS];
+    int64_t forward_blocks_per_sm[CAKE_CUDA_VARIANTS][2]; /* [variant][large calls' form] */
     int64_t cooperative_backward_blocks_per_sm[CAKE_CUDA_VARIANTS];
 } cake_cuda_launch_facts;
 

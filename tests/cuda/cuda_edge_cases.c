@@ -3,8 +3,9 @@
  * unless noted: S_local = 0, one row, fragments of 1, 2 and 3 rows, sequences spanning many ranks,
  * many fragments inside one 8-row item, C = 8, large C that is not a power of two, mixed C, C
  * around multiples of 64, row counts around the 8-row items and 256-row dw blocks, every depth
- * of the dw tree, AUTO on a call large enough to pick ordinary launches, NaN and infinity, and
- * NaN in several operands at once (canonical NaN, bitwise). */
+ * of the dw tree, AUTO on a call large enough to pick ordinary launches, SiLU's forward on a call
+ * large enough for its second form, NaN and infinity, and NaN in several operands at once
+ * (canonical NaN, bitwise). */
 #include "cuda_tests.h"
 
 #include <inttypes.h>
@@ -313,6 +314,36 @@ void test_auto_large(void **state) {
                          NULL, NULL, 0, V_PLAIN | V_BIAS_SILU);
     bad += check_fixed_v(&r, "2^24 + elements over two tensors", cu, 4, 2, C2, TU_ZIGZAG, 1, 0,
                          NULL, NULL, 0, V_BIAS | V_SILU);
+    TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
+}
+
+/* SiLU's forward has a second form for calls that give every resident thread a whole item at two
+ * pairs a thread (pick_large_forward, src/cuda/conv_cuda.cu); the other tests' calls are below
+ * that size. A call well above it (each of two ranks 12288 rows x 1024 threads of 4 channels,
+ * items of 64 rows: 196608 items, twice what an H200 keeps resident), with SiLU and bias + SiLU,
+ * with and without NaN and infinities (the full sequence and the canonical NaN of its batches):
+ * GPU = CPU bitwise in every launch form. */
+void test_silu_large_forward(void **state) {
+    (void)state;
+    tu_rng r;
+    tu_rng_init(&r, CT_STREAM_EDGE + 600);
+    int bad = 0;
+    const int64_t cu[] = {0, 7, 13001, 24576}, C[] = {4096};
+    for (int v = 2; v < TU_VARIANTS; v++) /* SiLU, bias + SiLU */
+        for (int specials = 0; specials < 2; specials++) {
+            cc_problem pb;
+            cc_problem_init(&pb, &r, TU_MODERATE, cc_cu_copy(cu, 3), 3, 1, C);
+            cc_problem_set_variant(&pb, &r, TU_MODERATE, v);
+            if (specials)
+                cc_inject_specials(&pb, &r, 1);
+            tu_set_ctx("large SiLU forward (%s)%s: zigzag P=2, T=%" PRId64 ", C=%" PRId64,
+                       tu_variant_name[v], specials ? ", NaN and infinities" : "", pb.T, C[0]);
+            tu_partition tp;
+            TU_OK(tu_partition_make(&tp, &r, TU_ZIGZAG, 2, pb.cu, 3, 0));
+            bad += check_case(&pb, &tp, "large SiLU forward", 0, 0x5a);
+            tu_partition_free(&tp);
+            cc_problem_free(&pb);
+        }
     TU_CHECK(bad == 0, "%d arrays differ (see above)", bad);
 }
 

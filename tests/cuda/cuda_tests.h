@@ -37,6 +37,7 @@ void test_block_boundaries(void **state);
 void test_tree_depths(void **state);
 void test_tree_depths_fused(void **state);
 void test_auto_large(void **state);
+void test_silu_large_forward(void **state);
 void test_nan_inf(void **state);
 void test_nan_several_operands(void **state);
 

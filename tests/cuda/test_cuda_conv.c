@@ -346,6 +346,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(test_run_to_run),
             cmocka_unit_test(test_against_reference),
             cmocka_unit_test(test_auto_large),
+            cmocka_unit_test(test_silu_large_forward),
         };
         failed = cmocka_run_group_tests_name("cuda_conv", tests, NULL, NULL);
     }
