@@ -117,7 +117,7 @@ typedef struct call {
     const cake_conv_params *params;
     int variant;              /* CAKE_VARIANT_* of the params */
     int taps;                 /* partial columns per channel: 4 dw taps, + 1 dbias with a bias */
-    int stream;               /* forward: y by non-temporal stores (CAKE_CPU_STREAM_BYTES) */
+    int stream;               /* y or dx by non-temporal stores (CAKE_CPU_STREAM_BYTES) */
     const cake_cpu_kernels *kernels;
     float **wt;               /* per tensor: weights (and bias) transposed to [rows][C] */
     /* forward */
@@ -229,6 +229,10 @@ static call call_of(const cake_plan *plan, const cake_call_args *args) {
     call k = {.fragments = cake_plan_fragments(plan), .num_fragments = cake_plan_num_fragments(plan),
               .rows = args->rows, .pool_rows = args->pool_rows, .args = args, .params = p,
               .variant = variant, .taps = CAKE_CPU_WEIGHT_ROWS(variant)};
+    int64_t output_bytes = 0; /* y or dx */
+    for (int i = 0; i < args->num_tensors; i++)
+        output_bytes += args->rows * args->channels[i] * (int64_t)sizeof(cake_bf16);
+    k.stream = output_bytes >= CAKE_CPU_STREAM_BYTES;
     return k;
 }
 
@@ -247,10 +251,6 @@ cake_status cake_cpu_forward(const cake_plan *plan, int num_tensors, const int64
     call k = call_of(plan, &args);
     CAKE_CHECK(resolve_options(options, &threads, &k.kernels));
     if (args.rows == 0) return CAKE_SUCCESS;
-    int64_t y_bytes = 0;
-    for (int i = 0; i < num_tensors; i++)
-        y_bytes += args.rows * channels[i] * (int64_t)sizeof(cake_bf16);
-    k.stream = y_bytes >= CAKE_CPU_STREAM_BYTES;
     k.unit_offset = malloc(sizeof(int64_t) * ((size_t)num_tensors + 1));
     k.unit_rows = malloc(sizeof(int64_t) * (size_t)num_tensors);
     if (!k.unit_offset || !k.unit_rows) {

@@ -24,15 +24,22 @@
 #endif
 #define CAKE_CPU_PAIR_STRIDE(pairs) ((pairs) + CAKE_CPU_PAD)
 
-/* Forward calls whose y arrays together take at least this many bytes write y with
- * non-temporal stores where a whole aligned 64-byte line is written (the avx512bf16 path's plain
- * and bias steps): y then goes to memory without first being read into the cache. Smaller calls
- * keep ordinary stores, which leave y in the cache for the next op to read. Never changes a bit.
- * AMD EPYC, 3 x [32768, 4096]: plain forward at one thread 86.9-88.6 -> 76.2 ms, with a bias at
- * two 54.7-70.7 -> 48.0-48.9 ms (docs/PERFORMANCE.md); for dx the same stores gained nothing
- * measurable, so the backward keeps ordinary ones. */
+/* Calls whose outputs (y forward, dx backward) together take at least this many bytes write
+ * them with non-temporal stores where a whole aligned 64-byte line is written (the avx512bf16
+ * path's plain and bias forward steps and backward bands): the lines then go to memory without
+ * first being read into the cache. Smaller calls keep ordinary stores, which leave the output in
+ * the cache for the next op to read. Never changes a bit. AMD EPYC, 3 x [32768, 4096]: plain
+ * forward at one thread 86.9-88.6 -> 76.2 ms, with a bias at two 54.7-70.7 -> 48.0-48.9 ms; the
+ * plain backward bands at two threads 117.9-125.2 -> 103.0-105.0 ms (docs/PERFORMANCE.md). */
 #ifndef CAKE_CPU_STREAM_BYTES
 #define CAKE_CPU_STREAM_BYTES ((int64_t)32 << 20)
+#endif
+
+/* Rows of one band of the avx512bf16 plain and bias backward (conv_cpu_hw_bf16.inc): a whole
+ * dw block (a span never has more). AMD EPYC, 3 x [32768, 4096], two threads, dx streamed: 64
+ * rows 103.0-105.0 ms, 128 102.7-106.0, 256 98.0-98.8 (docs/PERFORMANCE.md). */
+#ifndef CAKE_CPU_BAND_ROWS
+#define CAKE_CPU_BAND_ROWS CAKE_DW_BLOCK_ROWS
 #endif
 
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
@@ -49,7 +56,7 @@ typedef struct cake_row_span {
     int64_t future_valid;     /* future rows still in the fragment's sequence (0..3): g is +0.0
                                  beyond them */
     int64_t c0, c1;           /* channel strip, at most CAKE_CPU_STRIP_CHANNELS wide */
-    int stream;               /* forward: y by non-temporal stores (CAKE_CPU_STREAM_BYTES) */
+    int stream;               /* y or dx by non-temporal stores (CAKE_CPU_STREAM_BYTES) */
 } cake_row_span;
 
 /* Which variant of the op a kernel runs: bit 0 bias, bit 1 SiLU. */

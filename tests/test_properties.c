@@ -605,57 +605,116 @@ static void test_empty_rank(void **state) {
     cake_partition_destroy(p);
 }
 
-/* A forward call large enough that y goes by non-temporal stores (CAKE_CPU_STREAM_BYTES, 32
- * MiB; on the avx512bf16 path, wherever a whole aligned 64-byte line is written): y bitwise equal
- * to the reference on every ISA path this processor runs, with y 64-byte aligned (streamed) and
- * 32 bytes past a line (ordinary stores only), plain and with a bias, NaN and infinities among
- * the inputs, a sequence of one row and a row count that leaves a short last step. */
-static void test_streamed_forward(void **state) {
+/* The inputs of the streamed calls: a batch large enough that y or dx goes by non-temporal
+ * stores (CAKE_CPU_STREAM_BYTES, 32 MiB; on the avx512bf16 path, wherever a whole aligned 64-byte
+ * line is written): a sequence of one row, a row count that leaves a short last step and a band
+ * of fewer than 256 rows, NaN and infinities among x (and dy). */
+enum { STREAMED_S = 4227, STREAMED_C = 4096 }; /* y, dx: 34.6 MB */
+static const int64_t k_streamed_cu[] = {0, 1, 1500, STREAMED_S};
+
+static void streamed_rows(tu_rng *r, cake_bf16 *v, size_t n) {
+    tu_fill_bf16(r, TU_MODERATE, v, (int64_t)n);
+    const size_t C = STREAMED_C;
+    v[5] = 0x7fc1;                  /* a NaN with a payload */
+    v[7 * C + 9] = 0x7f80;          /* +inf */
+    v[100 * C + 3] = 0xff80;        /* -inf */
+    v[2000 * C + 64] = 0xffc5;      /* a negative NaN */
+    v[2000 * C + 65] = 0x7fc0;
+}
+
+/* Runs `call` on every ISA path this processor has, with the output 64-byte aligned (streamed)
+ * and 32 bytes past a line (ordinary stores only). */
+typedef void (*streamed_call)(void *ctx, cake_bf16 *out, const cake_cpu_options *opt);
+static void for_isas_and_offsets(const char *what, cake_bf16 *buf, streamed_call call, void *ctx) {
+    for (int offset = 0; offset <= 16; offset += 16) /* elements: 0 or 32 bytes */
+        for (int isa = CAKE_CPU_ISA_GENERIC; isa < CAKE_CPU_ISA_COUNT; isa++) {
+            if (!cake_cpu_isa_supported((cake_cpu_isa)isa)) continue;
+            tu_set_ctx("%s, output %d bytes past a line, isa %s", what, offset * 2,
+                       cake_cpu_isa_name((cake_cpu_isa)isa));
+            const cake_cpu_options opt = {2, (cake_cpu_isa)isa};
+            call(ctx, buf + offset, &opt);
+        }
+}
+
+typedef struct streamed_case {
+    const cake_bf16 *x, *dy, *ref;      /* ref: y or dx */
+    const float *w, *bias, *ref_dw, *ref_dbias;
+    size_t n;
+} streamed_case;
+
+static void streamed_forward_call(void *ctx, cake_bf16 *y, const cake_cpu_options *opt) {
+    const streamed_case *k = ctx;
+    const int64_t channels[] = {STREAMED_C};
+    const cake_bf16 *xs[] = {k->x};
+    const float *ws[] = {k->w}, *biases[] = {k->bias};
+    cake_bf16 *const ys[] = {y};
+    const cake_conv_params cp = {CAKE_ACTIVATION_NONE, k->bias ? biases : NULL, NULL};
+    memset(y, 0xab, k->n * sizeof *y);
+    TU_OK(cake_cpu_forward_single_rank(k_streamed_cu, 3, 1, channels, xs, ws, &cp, ys, opt));
+    TU_CHECK(memcmp(y, k->ref, k->n * sizeof *y) == 0, "y differs from the reference");
+}
+
+static void streamed_backward_call(void *ctx, cake_bf16 *dx, const cake_cpu_options *opt) {
+    const streamed_case *k = ctx;
+    const int64_t channels[] = {STREAMED_C};
+    const cake_bf16 *xs[] = {k->x}, *dys[] = {k->dy};
+    const float *ws[] = {k->w}, *biases[] = {k->bias};
+    float dw[4 * STREAMED_C], dbias[STREAMED_C];
+    float *dws[] = {dw}, *dbiases[] = {dbias};
+    cake_bf16 *const dxs[] = {dx};
+    const cake_conv_params cp = {CAKE_ACTIVATION_NONE, k->bias ? biases : NULL,
+                                 k->bias ? dbiases : NULL};
+    memset(dx, 0xab, k->n * sizeof *dx);
+    TU_OK(cake_cpu_backward_single_rank(k_streamed_cu, 3, 1, channels, xs, ws, &cp, dys, dxs, dws,
+                                        opt));
+    TU_CHECK(memcmp(dx, k->ref, k->n * sizeof *dx) == 0, "dx differs from the reference");
+    TU_CHECK(memcmp(dw, k->ref_dw, sizeof dw) == 0, "dw differs from the reference");
+    if (k->bias)
+        TU_CHECK(memcmp(dbias, k->ref_dbias, sizeof dbias) == 0, "dbias differs from the reference");
+}
+
+/* A forward and a backward call whose y or dx goes by non-temporal stores: y, dx, dw and dbias
+ * bitwise equal to the reference on every ISA path, plain and with a bias, the output aligned
+ * (streamed) or not (ordinary stores). */
+static void test_streamed_calls(void **state) {
     (void)state;
-    enum { S = 4227, C = 4096 }; /* y: 34.6 MB */
-    const int64_t cu[] = {0, 1, 1500, S};
+    const int64_t S = STREAMED_S, C = STREAMED_C;
     const size_t n = (size_t)S * C;
     tu_rng r;
     tu_rng_init(&r, 911);
-    cake_bf16 *x = tu_malloc(n * sizeof *x), *ref = tu_malloc(n * sizeof *ref);
-    cake_bf16 *ybuf = aligned_alloc(64, n * sizeof *ybuf + 64);
-    TU_CHECK(ybuf != NULL, "out of memory");
+    cake_bf16 *x = tu_malloc(n * sizeof *x), *dy = tu_malloc(n * sizeof *dy);
+    cake_bf16 *ref = tu_malloc(n * sizeof *ref);
+    cake_bf16 *buf = aligned_alloc(64, n * sizeof *buf + 64);
+    TU_CHECK(buf != NULL, "out of memory");
     float *w = tu_malloc(4 * C * sizeof *w), *bias = tu_malloc(C * sizeof *bias);
-    tu_fill_bf16(&r, TU_MODERATE, x, (int64_t)n);
+    float *ref_dw = tu_malloc(4 * C * sizeof *ref_dw), *ref_dbias = tu_malloc(C * sizeof *ref_dbias);
+    int64_t *l2g = tu_malloc((size_t)S * sizeof *l2g);
+    for (int64_t t = 0; t < S; t++) l2g[t] = t;
+    streamed_rows(&r, x, n);
+    streamed_rows(&r, dy, n);
     tu_fill_weights(&r, TU_MODERATE, w, 4 * C);
     tu_fill_weights(&r, TU_MODERATE, bias, C);
-    x[5] = 0x7fc1;               /* a NaN with a payload */
-    x[(size_t)7 * C + 9] = 0x7f80;  /* +inf */
-    x[(size_t)100 * C + 3] = 0xff80; /* -inf */
-    x[(size_t)2000 * C + 64] = 0xffc5; /* a negative NaN */
-    x[(size_t)2000 * C + 65] = 0x7fc0;
-    const int64_t channels[] = {C};
-    const cake_bf16 *xs[] = {x};
-    const float *ws[] = {w}, *biases[] = {bias};
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         const ref_params rp = {with_bias ? bias : NULL, REF_ACT_NONE};
-        ref_forward_p(cu, 3, C, x, w, &rp, ref);
-        const cake_conv_params cp = {CAKE_ACTIVATION_NONE, with_bias ? biases : NULL, NULL};
-        for (int offset = 0; offset <= 16; offset += 16) { /* elements: 0 or 32 bytes */
-            cake_bf16 *y = ybuf + offset;
-            cake_bf16 *const ys[] = {y};
-            for (int isa = CAKE_CPU_ISA_GENERIC; isa < CAKE_CPU_ISA_COUNT; isa++) {
-                if (!cake_cpu_isa_supported((cake_cpu_isa)isa)) continue;
-                tu_set_ctx("streamed forward, %s, y %d bytes past a line, isa %s",
-                           with_bias ? "bias" : "plain", offset * 2,
-                           cake_cpu_isa_name((cake_cpu_isa)isa));
-                const cake_cpu_options opt = {2, (cake_cpu_isa)isa};
-                memset(y, 0xab, n * sizeof *y);
-                TU_OK(cake_cpu_forward_single_rank(cu, 3, 1, channels, xs, ws, &cp, ys, &opt));
-                TU_CHECK(memcmp(y, ref, n * sizeof *y) == 0, "y differs from the reference");
-            }
-        }
+        streamed_case k = {x, dy, ref, w, with_bias ? bias : NULL, ref_dw, ref_dbias, n};
+        ref_forward_p(k_streamed_cu, 3, C, x, w, &rp, ref);
+        for_isas_and_offsets(with_bias ? "streamed forward, bias" : "streamed forward, plain", buf,
+                             streamed_forward_call, &k);
+        ref_backward_dx_p(k_streamed_cu, 3, C, x, w, &rp, dy, ref);
+        ref_grads_p(k_streamed_cu, 3, C, x, w, &rp, dy, l2g, S, ref_dw,
+                    with_bias ? ref_dbias : NULL);
+        for_isas_and_offsets(with_bias ? "streamed backward, bias" : "streamed backward, plain",
+                             buf, streamed_backward_call, &k);
     }
     free(x);
+    free(dy);
     free(ref);
-    free(ybuf);
+    free(buf);
     free(w);
     free(bias);
+    free(ref_dw);
+    free(ref_dbias);
+    free(l2g);
 }
 
 int main(void) {
@@ -666,7 +725,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_fragments),  cmocka_unit_test(test_c8),
         cmocka_unit_test(test_mixed_channels),  cmocka_unit_test(test_nan_inf_hand),
         cmocka_unit_test(test_nan_inf_random),  cmocka_unit_test(test_empty_rank),
-        cmocka_unit_test(test_streamed_forward),
+        cmocka_unit_test(test_streamed_calls),
     };
     tu_seed();
     return cmocka_run_group_tests(tests, NULL, NULL);
