@@ -26,7 +26,7 @@
 
 /* Calls whose outputs (y forward, dx backward) together take at least this many bytes write
  * them with non-temporal stores where a whole aligned 64-byte line is written (the avx512bf16
- * path's plain and bias forward steps and backward bands): the lines then go to memory without
+ * path's plain and bias forward steps, the AVX-512 paths' backward bands): the lines then go to memory without
  * first being read into the cache. Smaller calls keep ordinary stores, which leave the output in
  * the cache for the next op to read. Never changes a bit. AMD EPYC, 3 x [32768, 4096]: plain
  * forward at one thread 86.9-88.6 -> 76.2 ms, with a bias at two 54.7-70.7 -> 48.0-48.9 ms; the
@@ -35,7 +35,7 @@
 #define CAKE_CPU_STREAM_BYTES ((int64_t)32 << 20)
 #endif
 
-/* Rows of one band of the avx512bf16 plain and bias backward (conv_cpu_hw_bf16.inc): a whole
+/* Rows of one band of the AVX-512 plain and bias backward (conv_cpu_avx512.inc): a whole
  * dw block (a span never has more). AMD EPYC, 3 x [32768, 4096], two threads, dx streamed: 64
  * rows 103.0-105.0 ms, 128 102.7-106.0, 256 98.0-98.8 (docs/PERFORMANCE.md). */
 #ifndef CAKE_CPU_BAND_ROWS
