@@ -111,7 +111,7 @@ __host__ __device__ constexpr int forward_min_blocks(int V, bool large) {
                         : CAKE_CUDA_FORWARD_SILU_MIN_BLOCKS;
 }
 /* The forward in one of its two forms: the one for every call, or (`large`) the one for calls
- * that fill the GPU (pick_forward_form). */
+ * that fill the GPU (pick_large_forward). */
 template <int V, bool large>
 __global__ void __launch_bounds__(kThreads, forward_min_blocks(V, large))
     forward_kernel(const __grid_constant__ ConvArgs a) {
