@@ -6,6 +6,7 @@
  *
  * Usage: test_cuda_conv            all tests (exit 77 when there is no GPU)
  *        test_cuda_conv --small    one small case of each kind, for compute-sanitizer
+ *        test_cuda_conv --only P   the tests whose names match P (cmocka's * and ?)
  * Seed: CAKE_TEST_SEED, as for the CPU tests. */
 #include "cuda_tests.h"
 
@@ -311,11 +312,14 @@ void test_against_reference(void **state) {
 }
 
 int main(int argc, char **argv) {
-    const int small = argc > 1 && strcmp(argv[1], "--small") == 0;
-    if (argc > 1 && !small) {
-        fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+    const int small = argc == 2 && strcmp(argv[1], "--small") == 0;
+    const int only = argc == 3 && strcmp(argv[1], "--only") == 0;
+    if (argc > 1 && !small && !only) {
+        fprintf(stderr, "usage: %s [--small | --only TEST_NAME_PATTERN]\n", argv[0]);
         return 2;
     }
+    if (only) /* one test of the full set (a pattern with * and ?), e.g. under compute-sanitizer */
+        cmocka_set_test_filter(argv[2]);
     (void)tu_seed(); /* prints the seed first */
     cu_require_gpu();
     cudaError_t err = cudaStreamCreateWithFlags(&ct_stream, cudaStreamNonBlocking);
