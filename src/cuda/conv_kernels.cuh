@@ -416,10 +416,11 @@ __device__ __forceinline__ void walk_rows(const ConvArgs &a, const TensorArgs &T
 #define CAKE_CUDA_BACKWARD_SILU_LANES 1
 #endif
 /* SiLU's forward for calls large enough to give every resident thread of its kernel a whole
- * item (the host's pick_forward_lanes): two pairs a thread at 3 blocks, quick sequences in
- * batches of 2 rows. H200, queued: 476.1 against 502.9-505.9 us at the main shape, but 11.6
- * against 10.4-10.7 at 1 x [2048, 2048], where fewer, wider items leave the GPU part idle
- * (docs/PERFORMANCE.md). The plain and bias forwards have one form. */
+ * item (the host's pick_large_forward): two pairs a thread at 3 blocks, quick sequences in
+ * batches of 2 rows. H200, queued: 474.9-475.4 against 503.6 us with the one-pair form at the
+ * main shape, 122.8-123.3 against 130.9 at 3 x [8192, 4096]; but 11.6 against 10.4-10.7 at 1 x
+ * [2048, 2048] (an earlier run), where fewer, wider items leave the GPU part idle, so smaller
+ * calls keep the one-pair form (docs/PERFORMANCE.md). The plain and bias forwards have one. */
 #ifndef CAKE_CUDA_FORWARD_SILU_LARGE_LANES
 #define CAKE_CUDA_FORWARD_SILU_LARGE_LANES 2
 #endif
