@@ -25,9 +25,9 @@
 #define CAKE_CPU_PAIR_STRIDE(pairs) ((pairs) + CAKE_CPU_PAD)
 
 /* Calls whose outputs (y forward, dx backward) together take at least this many bytes write
- * them with non-temporal stores where a whole aligned 64-byte line is written (the avx512bf16
- * path's plain and bias forward steps, the AVX-512 paths' backward bands): the lines then go to
- * memory without first being read into the cache. Smaller calls keep ordinary stores, which
+ * them with non-temporal stores where a whole aligned 64-byte line is written (the AVX-512
+ * paths' plain and bias forward steps and backward bands): the lines then go to memory without
+ * first being read into the cache. Smaller calls keep ordinary stores, which
  * leave the output in the cache for the next op to read. Never changes a bit. AMD EPYC, 3 x
  * [32768, 4096]: plain forward at one thread 86.9-88.6 -> 76.2 ms, with a bias at two 54.7-70.7
  * -> 48.0-48.9 ms; the plain backward bands (64 rows) at two threads 117.9-125.2 -> 103.0-105.0

@@ -606,8 +606,8 @@ static void test_empty_rank(void **state) {
 }
 
 /* The inputs of the streamed calls: a batch large enough that y or dx goes by non-temporal
- * stores (CAKE_CPU_STREAM_BYTES, 32 MiB; y on the avx512bf16 path, dx on both AVX-512 paths,
- * wherever a whole aligned 64-byte line is written): a sequence of one row, a row count that leaves a short last step and a band
+ * stores (CAKE_CPU_STREAM_BYTES, 32 MiB; on the AVX-512 paths, wherever a whole aligned
+ * 64-byte line is written): a sequence of one row, a row count that leaves a short last step and a band
  * of fewer than 256 rows, NaN and infinities among x (and dy). */
 enum { STREAMED_S = 4227, STREAMED_C = 4096 }; /* y, dx: 34.6 MB */
 static const int64_t k_streamed_cu[] = {0, 1, 1500, STREAMED_S};
