@@ -33,14 +33,9 @@ namespace cake_cuda {
 #ifndef CAKE_CUDA_PANEL_BACKWARD
 #define CAKE_CUDA_PANEL_BACKWARD 2
 #endif
-/* Warps that only issue the panel's copies (the last ones of the block); 0: every thread issues
- * its share, then runs its chains or dx. A copy waits for room in the memory pipe, so a warp
- * that issues copies sits in that queue until nearly every row has been asked for: with
- * producer warps the chains and dx of block b start as soon as b's rows land. */
-#ifndef CAKE_CUDA_PANEL_PRODUCER_WARPS
-#define CAKE_CUDA_PANEL_PRODUCER_WARPS 0
-#endif
-/* Rows of a chain's loop body: its shared-memory loads go out together. */
+/* Rows of a chain's loop body: the body's shared-memory loads go out together, and the chain
+ * waits for them once a body (H200, 1 x [2048, 2048] plain, queued: 4 rows 15.7 us, 8 14.3-14.6,
+ * 16 13.7, 32 13.5; docs/PERFORMANCE.md). */
 #ifndef CAKE_CUDA_PANEL_CHAIN_UNROLL
 #define CAKE_CUDA_PANEL_CHAIN_UNROLL 16
 #endif
@@ -48,10 +43,6 @@ constexpr int kPanelChainUnroll = CAKE_CUDA_PANEL_CHAIN_UNROLL;
 constexpr int kPanelMaxBlocks = 8;
 constexpr int64_t kPanelMaxRows = (int64_t)kPanelMaxBlocks * kBlockRows;
 constexpr int kPanelThreads = 512;
-/* Threads that run the chains, dx (and SiLU's g); those that issue the copies. */
-constexpr int kPanelWorkers = kPanelThreads - 32 * CAKE_CUDA_PANEL_PRODUCER_WARPS;
-constexpr int kPanelCopiers = CAKE_CUDA_PANEL_PRODUCER_WARPS ? kPanelThreads - kPanelWorkers : kPanelThreads;
-static_assert(kPanelWorkers > 0 && kPanelWorkers % 32 == 0, "whole warps of workers");
 /* Channels of a panel: 16 (32-byte row pieces, whole sectors) for the memory-bound variants,
  * 8 with SiLU, whose fp32 g takes twice the room: two panels a multiprocessor then. */
 __host__ __device__ constexpr int panel_channels(int V) { return (V & kSilu) ? 8 : 16; }
@@ -112,13 +103,6 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(unsigned long long *ba
     } while (!done);
 }
 
-/* A barrier of the workers alone (named barrier 1), so that none waits for the producers,
- * which may still be issuing copies; every thread when all of them are workers. */
-__device__ __forceinline__ void panel_workers_sync() {
-    if constexpr (kPanelWorkers == kPanelThreads) __syncthreads();
-    else asm volatile("bar.sync 1, %0;" ::"n"(kPanelWorkers) : "memory");
-}
-
 /* The last fragment j < nf with starts[j] <= t. */
 __device__ __forceinline__ int panel_fragment(const int32_t *starts, int nf, int t) {
     int lo = 0, hi = nf;
@@ -169,55 +153,38 @@ __device__ __forceinline__ uint16_t *panel_dy_stage(PanelShared<V> &s, int b) {
     return reinterpret_cast<uint16_t *>(&s.g[b * kBlockRows + kBlockRows / 2][0]);
 }
 
-/* The L2 prefetch size a panel's copy asks for with its 16 bytes: 0 (none), 64, 128 or 256. The
- * panels of a call read neighbouring 32-byte pieces of the same rows at about the same time. */
-#ifndef CAKE_CUDA_PANEL_L2_PREFETCH
-#define CAKE_CUDA_PANEL_L2_PREFETCH 0
-#endif
-__device__ __forceinline__ void panel_cp_async(void *dst, const void *src) {
-    const unsigned d = shared_address(dst);
-    if constexpr (CAKE_CUDA_PANEL_L2_PREFETCH == 256)
-        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-    else if constexpr (CAKE_CUDA_PANEL_L2_PREFETCH == 128)
-        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-    else if constexpr (CAKE_CUDA_PANEL_L2_PREFETCH == 64)
-        asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-/* Every x and dy row of the panel into shared memory by cp.async, in dw block order, by the
- * kPanelCopiers threads (`copier`: this thread's index among them). Each arrives on every dw
+/* Every x and dy row of the panel into shared memory by cp.async, in dw block order: a thread
+ * keeps one 16-byte piece of every (kPanelThreads / pieces)-th row (about 10 SASS instructions a
+ * copy; an index per copy, with its divisions, took about 40). Each thread arrives on every dw
  * block's barrier once, after its copies of that block. */
 template <int V>
-__device__ void panel_copies(const TensorArgs &T, PanelShared<V> &s, int rows, int nb, int64_t c0,
-                             int copier) {
-    constexpr int CH = panel_channels(V), kSegs = CH / 8, kRowStep = kPanelCopiers / kSegs;
-    static_assert(kPanelCopiers % kSegs == 0, "every copier keeps one 16-byte piece of a row");
-    const int seg = copier % kSegs, r0 = copier / kSegs;
+__device__ void panel_copies(const TensorArgs &T, PanelShared<V> &s, int rows, int nb, int64_t c0) {
+    constexpr int CH = panel_channels(V), kSegs = CH / 8, kRowStep = kPanelThreads / kSegs;
+    const int seg = threadIdx.x % kSegs, r0 = threadIdx.x / kSegs;
     const int64_t C = T.channels, cs = c0 + 8 * seg;
     for (int b = 0; b < nb; b++) {
         const int end = (b + 1) * kBlockRows < rows ? (b + 1) * kBlockRows : rows;
         if (cs < C) /* C is a multiple of 8 */
             for (int t = b * kBlockRows + r0; t < end; t += kRowStep) {
-                panel_cp_async(&s.x[panel_row(t)][8 * seg], T.x + (int64_t)t * C + cs);
+                cp_async<16>(&s.x[panel_row(t)][8 * seg], T.x + (int64_t)t * C + cs);
                 void *dy = (V & kSilu) ? (void *)(panel_dy_stage(s, b) + (t - b * kBlockRows) * CH + 8 * seg)
                                        : (void *)&s.g[t][8 * seg];
-                panel_cp_async(dy, T.dy + (int64_t)t * C + cs);
+                cp_async<16>(dy, T.dy + (int64_t)t * C + cs);
             }
         mbarrier_arrive_after_copies(&s.loaded[b]);
     }
 }
 
 /* SiLU: g = dy * silu'(a) of every local row, dw block by dw block as its rows land, by all
- * workers (a thread per channel pair and row, kPanelWorkers / pairs rows at once). A row's x
+ * threads (a thread per channel pair and row, kPanelThreads / pairs rows at once). A row's x
  * window comes from shared memory unless the row is one of its fragment's first three
  * (s.offset): then its history rows too. */
 template <int V>
 __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, int nb, int nf,
                              int64_t c0) {
-    constexpr int CH = panel_channels(V), kPairs = CH / 2, kRowsAtOnce = kPanelWorkers / kPairs;
-    constexpr int kPasses = (kBlockRows + kRowsAtOnce - 1) / kRowsAtOnce;
+    constexpr int CH = panel_channels(V), kPairs = CH / 2, kRowsAtOnce = kPanelThreads / kPairs;
+    constexpr int kPasses = kBlockRows / kRowsAtOnce;
+    static_assert(kBlockRows % kRowsAtOnce == 0, "whole passes over a dw block");
     const int q = threadIdx.x % kPairs, r = threadIdx.x / kPairs;
     const int64_t cq = c0 + 2 * q;
     const bool live = cq < T.channels;
@@ -231,7 +198,7 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
         for (int m = 0; m < kPasses; m++) {
             const int t = b * kBlockRows + r + m * kRowsAtOnce;
             g[m] = make_float2(0.0f, 0.0f);
-            if (live && r + m * kRowsAtOnce < kBlockRows && t < rows) {
+            if (live && t < rows) {
                 const uint32_t dy =
                     *reinterpret_cast<const uint32_t *>(stage + (t - b * kBlockRows) * CH + 2 * q);
                 const int off = s.offset[t];
@@ -251,15 +218,14 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
                                    __fmul_rn(bf16_hi(dy), cake_silu_grad(a.y)));
             }
         }
-        panel_workers_sync(); /* every dy of block b read: its g may overwrite the stage */
+        __syncthreads(); /* every dy of block b read: its g may overwrite the stage */
 #pragma unroll
         for (int m = 0; m < kPasses; m++) {
             const int t = b * kBlockRows + r + m * kRowsAtOnce;
-            if (live && r + m * kRowsAtOnce < kBlockRows && t < rows)
-                *reinterpret_cast<float2 *>(&s.g[t][2 * q]) = g[m];
+            if (live && t < rows) *reinterpret_cast<float2 *>(&s.g[t][2 * q]) = g[m];
         }
     }
-    panel_workers_sync(); /* every g written */
+    __syncthreads(); /* every g written */
 }
 
 /* Channel c's partials over dw block b (dw taps; dbias with a bias), into s.partial[b], once
@@ -348,34 +314,27 @@ template <int V>
 __device__ void backward_panel(const ConvArgs &a, const TensorArgs &T, int64_t c0, PanelShared<V> &s) {
     constexpr int CH = panel_channels(V), kPairs = CH / 2;
     constexpr int kChainThreads = kPanelMaxBlocks * CH;
-    constexpr int kRuns = (kPanelWorkers - kChainThreads) / kPairs / kPanelMaxBlocks; /* a block */
+    constexpr int kRuns = (kPanelThreads - kChainThreads) / kPairs / kPanelMaxBlocks; /* a block */
     constexpr int kRunRows = (kBlockRows + kRuns - 1) / kRuns;
     static_assert(kChainThreads % 32 == 0, "the chains take whole warps");
-    static_assert(kRuns > 0 && (kPanelWorkers - kChainThreads) % (kPairs * kPanelMaxBlocks) == 0,
-                  "whole runs");
+    static_assert((kPanelThreads - kChainThreads) % (kPairs * kPanelMaxBlocks) == 0, "whole runs");
     const int tid = threadIdx.x;
     const int rows = (int)a.rows, nb = (int)a.num_blocks, nf = (int)a.num_fragments;
     const int64_t C = T.channels;
 
     if (tid == 0)
-        for (int b = 0; b < nb; b++) mbarrier_init(&s.loaded[b], kPanelCopiers);
+        for (int b = 0; b < nb; b++) mbarrier_init(&s.loaded[b], kPanelThreads);
     __syncthreads();
-    if (tid >= kPanelThreads - kPanelCopiers) {
-        panel_copies<V>(T, s, rows, nb, c0, tid - (kPanelThreads - kPanelCopiers));
-        if (tid >= kPanelWorkers) { /* a producer: done once its copies have landed */
-            if (nb > 0) mbarrier_wait_first_phase(&s.loaded[nb - 1]);
-            return;
-        }
-    }
-    for (int j = tid; j <= nf; j += kPanelWorkers) s.starts[j] = (int32_t)__ldg(a.frag_start + j);
+    panel_copies<V>(T, s, rows, nb, c0); /* every copy goes out now */
+    for (int j = tid; j <= nf; j += kPanelThreads) s.starts[j] = (int32_t)__ldg(a.frag_start + j);
     if constexpr ((V & kSilu) != 0) {
-        for (int t = tid; t < rows; t += kPanelWorkers) s.offset[t] = 3;
-        panel_workers_sync();
-        for (int j = tid; j < nf; j += kPanelWorkers)
+        for (int t = tid; t < rows; t += kPanelThreads) s.offset[t] = 3;
+        __syncthreads();
+        for (int j = tid; j < nf; j += kPanelThreads)
             for (int t = s.starts[j]; t < s.starts[j + 1] && t < s.starts[j] + 3; t++)
                 s.offset[t] = (uint8_t)(t - s.starts[j]);
     }
-    panel_workers_sync();
+    __syncthreads();
     if constexpr ((V & kSilu) != 0) panel_silu_g<V>(T, s, rows, nb, nf, c0);
 
     if (tid < kChainThreads) {
@@ -394,7 +353,7 @@ __device__ void backward_panel(const ConvArgs &a, const TensorArgs &T, int64_t c
             panel_dx<V>(a, T, s, w, nf, r0, r1, q, cq);
         }
     }
-    panel_workers_sync();
+    __syncthreads();
 
     /* The tree over the nb partials of each (tap, channel), as the tree kernel folds them. */
     if (tid < taps_of(V) * CH) {
