@@ -29,6 +29,13 @@ namespace cake_cuda {
 #ifndef CAKE_CUDA_TILE_BACKWARD
 #define CAKE_CUDA_TILE_BACKWARD 1
 #endif
+/* Rows of a chain's loop body. The panels' 16 (CAKE_CUDA_PANEL_CHAIN_UNROLL) took the plain
+ * small backward from 15.7 to 13.7 us; the tiles have been measured at 4 alone
+ * (`tile-chain-unroll16` in dev/variants.txt is the candidate, no device time was left). */
+#ifndef CAKE_CUDA_TILE_CHAIN_UNROLL
+#define CAKE_CUDA_TILE_CHAIN_UNROLL 4
+#endif
+constexpr int kTileChainUnroll = CAKE_CUDA_TILE_CHAIN_UNROLL;
 constexpr int kTileChannels = 32;
 constexpr int kTileThreads = 4 * kTileChannels;            /* one per (tap, channel) chain */
 constexpr int kTileMinBlocks = 4;                          /* 128 registers; shared memory: 4 */
@@ -221,7 +228,7 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
         ch.x0 = tile_x_channel(T, s, f0, i, 0, tid, c); /* x(t - 3), x(t - 2), x(t - 1) */
         ch.x1 = tile_x_channel(T, s, f0, i, 1, tid, c);
         ch.x2 = tile_x_channel(T, s, f0, i, 2, tid, c);
-#pragma unroll 4
+#pragma unroll kTileChainUnroll
         for (; i < e; i++) ch.row(s.g[i][tid], __uint_as_float((uint32_t)s.x[i + 3][tid] << 16));
     }
     ch.store(T.partials + b * taps_of(V) * C + c, C); /* as Partials::store */
