@@ -167,8 +167,9 @@ __device__ void panel_copies(const TensorArgs &T, PanelShared<V> &s, int rows, i
         if (cs < C) /* C is a multiple of 8 */
             for (int t = b * kBlockRows + r0; t < end; t += kRowStep) {
                 cp_async<16>(&s.x[panel_row(t)][8 * seg], T.x + (int64_t)t * C + cs);
-                void *dy = (V & kSilu) ? (void *)(panel_dy_stage(s, b) + (t - b * kBlockRows) * CH + 8 * seg)
-                                       : (void *)&s.g[t][8 * seg];
+                void *dy = (V & kSilu)
+                               ? (void *)(panel_dy_stage(s, b) + (t - b * kBlockRows) * CH + 8 * seg)
+                               : (void *)&s.g[t][8 * seg];
                 cp_async<16>(dy, T.dy + (int64_t)t * C + cs);
             }
         mbarrier_arrive_after_copies(&s.loaded[b]);
