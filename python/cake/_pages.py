@@ -16,7 +16,9 @@ import ctypes
 import sys
 
 _HUGE_PAGE = 2 << 20
-# Outputs from this size on (the C library's CAKE_CPU_STREAM_BYTES, from which it streams them)
+# Outputs from this size on (16 or more huge pages, where one system call per output is small
+# beside the thousands of faults it saves; the C library streams a call's outputs from the same
+# size, CAKE_CPU_STREAM_BYTES)
 MIN_BYTES = 32 << 20
 _MADV_HUGEPAGE = 14  # Linux, every architecture
 
