@@ -36,15 +36,15 @@ __device__ __forceinline__ int64_t first_item() {
 }
 __device__ __forceinline__ int64_t item_stride() { return (int64_t)gridDim.x * blockDim.x; }
 
-/* Forward items: (run of rows, column of L pairs); consecutive threads take consecutive
- * columns. */
-template <int V, int L>
+/* Forward items: (run of rows, column of forward_lanes(V, large) pairs); consecutive threads
+ * take consecutive columns. */
+template <int V, bool large>
 __device__ void forward_items(const ConvArgs &a) {
-    constexpr int column = 2 * L;
+    constexpr int column = 2 * forward_lanes(V, large);
     for (int64_t item = first_item(); item < a.total_work; item += item_stride()) {
         const TensorArgs &T = a.t[tensor_of(a, item)];
         const int64_t local = item - T.work_begin, columns = T.channels / column;
-        forward_item<V, L>(a, T, (local / columns) * a.rows_per_item, column * (local % columns));
+        forward_item<V, large>(a, T, (local / columns) * a.rows_per_item, column * (local % columns));
     }
 }
 
@@ -115,7 +115,7 @@ __host__ __device__ constexpr int forward_min_blocks(int V, bool large) {
 template <int V, bool large>
 __global__ void __launch_bounds__(kThreads, forward_min_blocks(V, large))
     forward_kernel(const __grid_constant__ ConvArgs a) {
-    forward_items<V, forward_lanes(V, large)>(a);
+    forward_items<V, large>(a);
 }
 
 /* The split walk serves small cooperative calls (ordinary ones run the tiles unless

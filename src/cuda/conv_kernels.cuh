@@ -452,6 +452,10 @@ __host__ __device__ constexpr int backward_column(int V) { return 2 * backward_l
 #ifndef CAKE_CUDA_SILU_BATCH_ROWS
 #define CAKE_CUDA_SILU_BATCH_ROWS 4
 #endif
+/* The batch rows of the forward's form (`large`: pick_large_forward's). */
+__host__ __device__ constexpr int forward_silu_batch_rows(bool large) {
+    return large ? CAKE_CUDA_SILU_LARGE_BATCH_ROWS : CAKE_CUDA_SILU_BATCH_ROWS;
+}
 #ifndef CAKE_CUDA_SILU_FULL_CALL
 #define CAKE_CUDA_SILU_FULL_CALL 1
 #endif
@@ -499,7 +503,8 @@ __device__ __forceinline__ float silu_for_y(float a) {
     return ok ? q : silu_full(a);
 }
 
-template <int V, int L>
+/* kSiluBatchWanted: forward_silu_batch_rows of the form. */
+template <int V, int L, int kSiluBatchWanted>
 struct ForwardOp {
     static constexpr bool kPrefetch = (V & kSilu) == 0;
     static constexpr int kLookahead = 0;
@@ -565,8 +570,6 @@ struct ForwardOp {
      * full sequence only for the elements whose bf16 the quick one cannot decide (about 2.6 in
      * 10^4 of ordinary inputs: docs/NUMERICS.md 9.8), their a recomputed (the same fmas, the
      * same bits), then the stores. */
-    static constexpr int kSiluBatchWanted =
-        L > CAKE_CUDA_FORWARD_SILU_LANES ? CAKE_CUDA_SILU_LARGE_BATCH_ROWS : CAKE_CUDA_SILU_BATCH_ROWS;
     static constexpr int kSiluBatch =
         kSiluBatchWanted < 1 ? 1 : kSiluBatchWanted < kRows ? kSiluBatchWanted : kRows;
     __device__ __forceinline__ void silu_step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
@@ -624,11 +627,12 @@ struct ForwardOp {
     }
 };
 
-/* Rows [t0, t0 + rows_per_item) of L channel pairs from c. */
-template <int V, int L>
+/* Rows [t0, t0 + rows_per_item) of forward_lanes(V, large) channel pairs from c, in the form
+ * `large` (the host's pick_large_forward). */
+template <int V, bool large>
 __device__ void forward_item(const ConvArgs &a, const TensorArgs &T, int64_t t0, int64_t c) {
     const int64_t t1 = t0 + a.rows_per_item < a.rows ? t0 + a.rows_per_item : a.rows;
-    ForwardOp<V, L> op;
+    ForwardOp<V, forward_lanes(V, large), forward_silu_batch_rows(large)> op;
     op.w.load(T, c);
     walk_rows(a, T, op, t0, t1, c);
 }
