@@ -42,6 +42,26 @@
 #ifndef CAKE_CPU_BAND_ROWS
 #define CAKE_CPU_BAND_ROWS CAKE_DW_BLOCK_ROWS
 #endif
+/* 1: the AVX-512 paths' plain and bias backward walks bands; 0: the 4-row steps (a measurement
+ * variant: on the Intel Xeon of the H200's host the steps took 150-153 ms at two threads against
+ * 165-168 for the bands with their prefetch, on the AMD EPYC of the fourth session the bands won
+ * by about 10 %; docs/PERFORMANCE.md). */
+#ifndef CAKE_CPU_BANDS
+#define CAKE_CPU_BANDS 1
+#endif
+/* While a band walks one column down its rows, it prefetches the x and dy lines of the column
+ * CAKE_CPU_BAND_PREFETCH columns to the right (0: none), with __builtin_prefetch's locality
+ * CAKE_CPU_BAND_PREFETCH_HINT (2: prefetcht1, into L2). Rows 8 KiB apart defeat the hardware's
+ * prefetchers on Intel Xeons (the L1 stride prefetcher follows strides up to 2 KiB, the L2
+ * streamer stays within a 4 KiB page): Xeon of the H200's host, 3 x [32768, 4096], two threads,
+ * plain backward 308.8-376.2 -> 165.2-167.8 ms (into L1: 204.1-219.8; two columns ahead:
+ * 260.6-278.0), with a bias 358.9 -> 170.7. */
+#ifndef CAKE_CPU_BAND_PREFETCH
+#define CAKE_CPU_BAND_PREFETCH 1
+#endif
+#ifndef CAKE_CPU_BAND_PREFETCH_HINT
+#define CAKE_CPU_BAND_PREFETCH_HINT 2
+#endif
 
 /* The rows of one fragment of one tensor, restricted to channels [c0, c1). */
 typedef struct cake_row_span {
