@@ -30,8 +30,8 @@ namespace cake_cuda {
 #define CAKE_CUDA_TILE_BACKWARD 1
 #endif
 /* Rows of a chain's loop body. The panels' 16 (CAKE_CUDA_PANEL_CHAIN_UNROLL) took the plain
- * small backward from 15.7 to 13.7 us; the tiles have been measured at 4 alone
- * (`tile-chain-unroll16` in dev/variants.txt is the candidate, no device time was left). */
+ * small backward from 15.7 to 13.7 us; the tiles' bias + SiLU backward did not move: 4 rows
+ * 36.5-37.1 us, 8 36.7, 16 36.8 (docs/PERFORMANCE.md, sixth session of 2026-12-04). */
 #ifndef CAKE_CUDA_TILE_CHAIN_UNROLL
 #define CAKE_CUDA_TILE_CHAIN_UNROLL 4
 #endif
