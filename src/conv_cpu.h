@@ -36,6 +36,23 @@
 #define CAKE_CPU_STREAM_BYTES ((int64_t)32 << 20)
 #endif
 
+/* Pairs of a piece a step writes to its L1 buffer before stream_out sends the piece's rows out
+ * by non-temporal stores, where the steps are vectorised C: the avx2 path's forward (SiLU's
+ * too) and the split backward's dx (conv_cpu_kernels.inc). AMD EPYC Zen 3, 2 x [8192, 4096]:
+ * 64 pairs slower by 5-20 %, 256 within the spread of 128 (docs/PERFORMANCE.md). */
+#ifndef CAKE_CPU_STREAM_PAIRS
+#define CAKE_CPU_STREAM_PAIRS 128
+#endif
+
+/* 1: a plain or bias backward step of the vectorised C runs two loops over its pairs, dx from dy
+ * and then the partials from x and dy (dy read twice, the second time from L2); 0: one loop
+ * doing both (a measurement variant; SiLU's steps always do both in one, since g is computed
+ * there). Each loop's state fits the registers far better: AMD EPYC Zen 3 (avx2), 3 x [32768,
+ * 4096], plain backward at two threads 255-257 -> 179-200 ms (docs/PERFORMANCE.md). */
+#ifndef CAKE_CPU_STEP_SPLIT
+#define CAKE_CPU_STEP_SPLIT 1
+#endif
+
 /* Rows of one band of the AVX-512 plain and bias backward (conv_cpu_avx512.inc): a whole
  * dw block (a span never has more). AMD EPYC, 3 x [32768, 4096], two threads, dx streamed: 64
  * rows 103.0-105.0 ms, 128 102.7-106.0, 256 98.0-98.8 (docs/PERFORMANCE.md). */
