@@ -22,6 +22,7 @@
 
 #include "backward_tile.cuh"
 
+#include <cuda.h> /* CUtensorMap */
 #include <type_traits>
 
 namespace cake_cuda {
@@ -47,11 +48,35 @@ constexpr int kPanelThreads = 512;
  * 8 with SiLU, whose fp32 g takes twice the room: two panels a multiprocessor then. */
 __host__ __device__ constexpr int panel_channels(int V) { return (V & kSilu) ? 8 : 16; }
 __host__ __device__ constexpr int panel_min_blocks(int V) { return (V & kSilu) ? 2 : 1; }
+/* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per
+ * dw block one 2-D tensor copy of x and one of dy ([256 rows, panel_channels] boxes, rows past
+ * the call's and channels past the tensor's filled with zeros), issued by one thread and
+ * completing on the block's barrier, in place of 16-byte cp.async by every thread (whose issue the
+ * ncu profile found throttled). x then keeps no spare rows (a tensor copy lands 128-byte aligned).
+ * 0 (default): cp.async. A measurement variant written in a session without a device: built by
+ * CI, not yet run (dev/variants.txt, panel-tma). */
+#ifndef CAKE_CUDA_PANEL_TMA
+#define CAKE_CUDA_PANEL_TMA 0
+#endif
+__host__ __device__ constexpr bool panel_tma(int V) { return CAKE_CUDA_PANEL_TMA && !(V & kSilu); }
+
+/* The tensor maps of the panel launch's tensors (CAKE_CUDA_PANEL_TMA builds). */
+struct PanelMaps {
+#if CAKE_CUDA_PANEL_TMA
+    CUtensorMap x[kMaxTensors], dy[kMaxTensors];
+#else
+    int unused;
+#endif
+};
+
 /* x keeps a spare row after each dw block's 256, so that the chains of two blocks, which read
  * the same row of each in step, meet other banks (g is read in row runs by dx and keeps its rows
- * contiguous). */
+ * contiguous); not with the tensor copies. */
 constexpr int kPanelPaddedRows = kPanelMaxBlocks * (kBlockRows + 1);
-__device__ __forceinline__ int panel_row(int t) { return t + (t >> 8); }
+template <int V>
+__device__ __forceinline__ int panel_row(int t) {
+    return panel_tma(V) ? t : t + (t >> 8);
+}
 
 template <int V>
 struct PanelShared {
@@ -62,8 +87,9 @@ struct PanelShared {
     int32_t starts[kPanelMaxRows + 1];          /* frag_start (local rows) */
     uint8_t offset[kPanelMaxRows];              /* SiLU: the row - its fragment's start, capped at 3 */
     float partial[kPanelMaxBlocks][5][CH];      /* [dw block][tap; 4: dbias][channel] */
-    alignas(16) uint16_t x[kPanelPaddedRows][CH];
-    alignas(16) G g[kPanelMaxRows][CH];
+    static constexpr size_t kAlign = panel_tma(V) ? 128 : 16; /* 128: tensor copies land there */
+    alignas(kAlign) uint16_t x[kPanelPaddedRows][CH];
+    alignas(kAlign) G g[kPanelMaxRows][CH];
 };
 
 /* Dynamic shared memory of the panel kernel of variant V (the layout depends on SiLU alone). */
@@ -103,6 +129,33 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(unsigned long long *ba
     } while (!done);
 }
 
+#if CAKE_CUDA_PANEL_TMA
+/* Makes the barriers' initialisation visible to the tensor copies (the async proxy). */
+__device__ __forceinline__ void fence_barrier_init_for_copies() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+}
+/* Every dw block's x and dy rows by two tensor copies, each completing `bytes` on the block's
+ * barrier (initialised with one arrival: this thread's, which announces the bytes). */
+template <int V>
+__device__ void panel_tensor_copies(PanelShared<V> &s, const CUtensorMap *mx,
+                                    const CUtensorMap *mdy, int nb, int64_t c0) {
+    constexpr unsigned kBytes = 2u * kBlockRows * panel_channels(V) * sizeof(uint16_t);
+    for (int b = 0; b < nb; b++) {
+        const unsigned bar = shared_address(&s.loaded[b]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kBytes)
+                     : "memory");
+        const void *dst[2] = {&s.x[b * kBlockRows][0], &s.g[b * kBlockRows][0]};
+        const CUtensorMap *map[2] = {mx, mdy};
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                         " [%0], [%1, {%2, %3}], [%4];" ::"r"(shared_address(dst[j])),
+                         "l"(map[j]), "r"((int)c0), "r"(b * kBlockRows), "r"(bar)
+                         : "memory");
+    }
+}
+#endif
+
 /* The last fragment j < nf with starts[j] <= t. */
 __device__ __forceinline__ int panel_fragment(const int32_t *starts, int nf, int t) {
     int lo = 0, hi = nf;
@@ -120,7 +173,7 @@ template <int V>
 __device__ __forceinline__ float panel_x(const TensorArgs &T, const PanelShared<V> &s, int f,
                                          int start, int u, int c, int64_t cg) {
     const uint16_t v = u >= start
-                           ? s.x[panel_row(u)][c]
+                           ? s.x[panel_row<V>(u)][c]
                            : __ldg(T.history + ((int64_t)f * 3 + 3 + (u - start)) * T.channels + cg);
     return __uint_as_float((uint32_t)v << 16);
 }
@@ -129,7 +182,7 @@ __device__ __forceinline__ float panel_x(const TensorArgs &T, const PanelShared<
 template <int V>
 __device__ __forceinline__ uint32_t panel_x_pair(const TensorArgs &T, const PanelShared<V> &s,
                                                  int f, int start, int u, int q, int64_t cq) {
-    if (u >= start) return *reinterpret_cast<const uint32_t *>(&s.x[panel_row(u)][2 * q]);
+    if (u >= start) return *reinterpret_cast<const uint32_t *>(&s.x[panel_row<V>(u)][2 * q]);
     return __ldg(reinterpret_cast<const uint32_t *>(
         T.history + ((int64_t)f * 3 + 3 + (u - start)) * T.channels + cq));
 }
@@ -166,7 +219,7 @@ __device__ void panel_copies(const TensorArgs &T, PanelShared<V> &s, int rows, i
         const int end = (b + 1) * kBlockRows < rows ? (b + 1) * kBlockRows : rows;
         if (cs < C) /* C is a multiple of 8 */
             for (int t = b * kBlockRows + r0; t < end; t += kRowStep) {
-                cp_async<16>(&s.x[panel_row(t)][8 * seg], T.x + (int64_t)t * C + cs);
+                cp_async<16>(&s.x[panel_row<V>(t)][8 * seg], T.x + (int64_t)t * C + cs);
                 void *dy = (V & kSilu)
                                ? (void *)(panel_dy_stage(s, b) + (t - b * kBlockRows) * CH + 8 * seg)
                                : (void *)&s.g[t][8 * seg];
@@ -207,13 +260,13 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
                 if (off == 3) {
 #pragma unroll
                     for (int j = 0; j < 3; j++)
-                        x[j] = *reinterpret_cast<const uint32_t *>(&s.x[panel_row(t - 3 + j)][2 * q]);
+                        x[j] = *reinterpret_cast<const uint32_t *>(&s.x[panel_row<V>(t - 3 + j)][2 * q]);
                 } else {
                     const int f = panel_fragment(s.starts, nf, t);
 #pragma unroll
                     for (int j = 0; j < 3; j++) x[j] = panel_x_pair(T, s, f, t - off, t - 3 + j, q, cq);
                 }
-                x[3] = *reinterpret_cast<const uint32_t *>(&s.x[panel_row(t)][2 * q]);
+                x[3] = *reinterpret_cast<const uint32_t *>(&s.x[panel_row<V>(t)][2 * q]);
                 const float2 a = conv_pair<V>(w, x[0], x[1], x[2], x[3]);
                 g[m] = make_float2(__fmul_rn(bf16_lo(dy), cake_silu_grad(a.x)),
                                    __fmul_rn(bf16_hi(dy), cake_silu_grad(a.y)));
@@ -259,7 +312,7 @@ __device__ void panel_chains(const TensorArgs &T, PanelShared<V> &s, int rows, i
             ch.x1 = panel_x(T, s, f, start, t - 2, c, cg);
             ch.x2 = panel_x(T, s, f, start, t - 1, c, cg);
         }
-        const uint16_t *xp = &s.x[panel_row(t)][c]; /* rows of one dw block are contiguous */
+        const uint16_t *xp = &s.x[panel_row<V>(t)][c]; /* rows of one dw block are contiguous */
         const typename PanelShared<V>::G *gp = &s.g[t][c];
 #pragma unroll kPanelChainUnroll
         for (; t < end; t++, xp += CH, gp += CH)
@@ -312,7 +365,10 @@ __device__ void panel_dx(const ConvArgs &a, const TensorArgs &T, const PanelShar
 
 /* The whole backward of channels [c0, c0 + panel_channels(V)) of T: dx, dw (and dbias). */
 template <int V>
-__device__ void backward_panel(const ConvArgs &a, const TensorArgs &T, int64_t c0, PanelShared<V> &s) {
+__device__ void backward_panel(const ConvArgs &a, const PanelMaps &m, int i, int64_t c0,
+                               PanelShared<V> &s) {
+    const TensorArgs &T = a.t[i];
+    (void)m;
     constexpr int CH = panel_channels(V), kPairs = CH / 2;
     constexpr int kChainThreads = kPanelMaxBlocks * CH;
     constexpr int kRuns = (kPanelThreads - kChainThreads) / kPairs / kPanelMaxBlocks; /* a block */
@@ -323,10 +379,19 @@ __device__ void backward_panel(const ConvArgs &a, const TensorArgs &T, int64_t c
     const int rows = (int)a.rows, nb = (int)a.num_blocks, nf = (int)a.num_fragments;
     const int64_t C = T.channels;
 
-    if (tid == 0)
-        for (int b = 0; b < nb; b++) mbarrier_init(&s.loaded[b], kPanelThreads);
+    if (tid == 0) {
+        for (int b = 0; b < nb; b++) mbarrier_init(&s.loaded[b], panel_tma(V) ? 1 : kPanelThreads);
+#if CAKE_CUDA_PANEL_TMA
+        if constexpr (panel_tma(V)) fence_barrier_init_for_copies();
+#endif
+    }
     __syncthreads();
-    panel_copies<V>(T, s, rows, nb, c0); /* every copy goes out now */
+#if CAKE_CUDA_PANEL_TMA
+    if constexpr (panel_tma(V)) {
+        if (tid == 0) panel_tensor_copies<V>(s, &m.x[i], &m.dy[i], nb, c0); /* all go out now */
+    } else
+#endif
+        panel_copies<V>(T, s, rows, nb, c0); /* every copy goes out now */
     for (int j = tid; j <= nf; j += kPanelThreads) s.starts[j] = (int32_t)__ldg(a.frag_start + j);
     if constexpr ((V & kSilu) != 0) {
         for (int t = tid; t < rows; t += kPanelThreads) s.offset[t] = 3;

@@ -17,6 +17,9 @@
 
 #include <cooperative_groups.h>
 #include <string.h>
+#if CAKE_CUDA_PANEL_TMA
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+#endif
 
 namespace cg = cooperative_groups;
 using namespace cake_cuda;
@@ -155,12 +158,12 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
  * (backward_panel.cuh): dx, dw and dbias in this one launch. */
 template <int V>
 __global__ void __launch_bounds__(kPanelThreads, panel_min_blocks(V))
-    backward_panel_kernel(const __grid_constant__ ConvArgs a) {
-    extern __shared__ __align__(16) unsigned char panel_shared[];
+    backward_panel_kernel(const __grid_constant__ ConvArgs a, const __grid_constant__ PanelMaps m) {
+    extern __shared__ __align__(128) unsigned char panel_shared[];
     int64_t local = blockIdx.x;
     int i = 0;
     while (i + 1 < a.num_tensors && local >= panels_of(a.t[i], V)) local -= panels_of(a.t[i++], V);
-    backward_panel<V>(a, a.t[i], panel_channels(V) * local,
+    backward_panel<V>(a, m, i, panel_channels(V) * local,
                       *reinterpret_cast<PanelShared<V> *>(panel_shared));
 }
 
@@ -220,6 +223,26 @@ cake_status launch(const void *kernel, int64_t blocks, void **args, cudaStream_t
     if (err != cudaSuccess) return cake_fail(CAKE_ERROR_CUDA, "%s launch: %s", what, cudaGetErrorString(err));
     return CAKE_SUCCESS;
 }
+
+#if CAKE_CUDA_PANEL_TMA
+/* The tensor map of a [rows, C] bf16 array for the panels' tensor copies: boxes of 256 rows and
+ * `box_channels` channels, out-of-range elements read as zeros. */
+cake_status encode_panel_map(const cake_cuda_launch_facts &f, CUtensorMap *map, const uint16_t *base,
+                             int64_t rows, int64_t C, int box_channels) {
+    const auto encode = (PFN_cuTensorMapEncodeTiled_v12000)f.tensor_map_encode;
+    const cuuint64_t dims[2] = {(cuuint64_t)C, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)C * sizeof(uint16_t)};
+    const cuuint32_t box[2] = {(cuuint32_t)box_channels, (cuuint32_t)kBlockRows};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides,
+                              box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return cake_fail(CAKE_ERROR_CUDA, "cuTensorMapEncodeTiled: CUresult %d", (int)r);
+    return CAKE_SUCCESS;
+}
+#endif
 
 /* Levels of the tree: level 0 holds num_blocks roots, each pass folds groups of 32. */
 TreePlan plan_tree(int64_t num_blocks) {
@@ -452,6 +475,16 @@ extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
         for (int large = 0; large < 2; large++) f->forward_blocks_per_sm[v][large] = fwd[large];
         f->cooperative_backward_blocks_per_sm[v] = bwd;
     }
+    f->tensor_map_encode = NULL;
+#if CAKE_CUDA_PANEL_TMA
+    cudaDriverEntryPointQueryResult found;
+    CAKE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f->tensor_map_encode,
+                                                     12000, cudaEnableDefault, &found),
+                    "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (found != cudaDriverEntryPointSuccess || !f->tensor_map_encode)
+        return cake_fail(CAKE_ERROR_CUDA, "the driver has no cuTensorMapEncodeTiled (query result %d)",
+                         (int)found);
+#endif
     return CAKE_SUCCESS;
 }
 
@@ -672,7 +705,20 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         if (panel) {
             int64_t panels = 0;
             for (int i = 0; i < count; i++) panels += panels_of(a.t[i], V);
-            void *panel_args[] = {&a};
+            PanelMaps maps;
+            memset(&maps, 0, sizeof maps);
+#if CAKE_CUDA_PANEL_TMA
+            const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
+            for (int i = 0; i < count && panel_tma(V) && status == CAKE_SUCCESS; i++) {
+                status = encode_panel_map(facts, &maps.x[i], a.t[i].x, rows, a.t[i].channels,
+                                          panel_channels(V));
+                if (status == CAKE_SUCCESS)
+                    status = encode_panel_map(facts, &maps.dy[i], a.t[i].dy, rows,
+                                              a.t[i].channels, panel_channels(V));
+            }
+            if (status != CAKE_SUCCESS) break;
+#endif
+            void *panel_args[] = {&a, &maps};
             status = panels > 0x7fffffff
                          ? cake_fail(CAKE_ERROR_UNSUPPORTED,
                                      "launch: %lld backward panels exceed the grid limit", (long long)panels)
