@@ -39,7 +39,8 @@
 /* Pairs of a piece a step writes to its L1 buffer before stream_out sends the piece's rows out
  * by non-temporal stores, where the steps are vectorised C: the avx2 path's forward (SiLU's
  * too) and the split backward's dx (conv_cpu_kernels.inc). AMD EPYC Zen 3, 2 x [8192, 4096]:
- * 64 pairs slower by 5-20 %, 256 within the spread of 128 (docs/PERFORMANCE.md). */
+ * 64 pairs 10-20 % slower than 128, 256 as fast at one thread and 5-15 % slower at two
+ * (docs/PERFORMANCE.md). */
 #ifndef CAKE_CPU_STREAM_PAIRS
 #define CAKE_CPU_STREAM_PAIRS 128
 #endif
