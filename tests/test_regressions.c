@@ -218,6 +218,44 @@ static int all_u16(const cake_bf16 *a, size_t count, cake_bf16 value) {
     return 1;
 }
 
+/* The fuzz_args harness expected INVALID_ARGUMENT from cake_ctx_create for every bad ISA (found
+ * by CI on a processor without AVX-512): the library answers UNSUPPORTED for a real ISA the
+ * processor lacks, INVALID_ARGUMENT for a value outside the enum, each naming options->cpu.isa,
+ * with *out untouched and the transport not released; every ISA it has creates a context. */
+static void test_ctx_isa_outcomes(void **state) {
+    (void)state;
+    const int64_t cu[] = {0, 12};
+    cake_partition *part;
+    TU_OK(cake_partition_create_contiguous(cu, 1, 1, &part));
+    const int isas[] = {-1, CAKE_CPU_ISA_AUTO, CAKE_CPU_ISA_GENERIC, CAKE_CPU_ISA_AVX2,
+                        CAKE_CPU_ISA_AVX512, CAKE_CPU_ISA_AVX512_BF16, CAKE_CPU_ISA_COUNT, 99};
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        const cake_cpu_isa isa = (cake_cpu_isa)isas[i];
+        const int real = isas[i] >= 0 && isas[i] < CAKE_CPU_ISA_COUNT;
+        tu_set_ctx("cake_ctx_create with options->cpu.isa = %d", isas[i]);
+        failing f = {0, 0};
+        const cake_transport t = {failing_exchange, failing_release, &f, NULL};
+        const cake_ctx_options opt = {.cpu = {1, isa}};
+        cake_ctx *sentinel = (cake_ctx *)&f, *ctx = sentinel;
+        const cake_status st = cake_ctx_create(part, 0, &t, &opt, &ctx);
+        if (real && cake_cpu_isa_supported(isa)) {
+            TU_CHECK(st == CAKE_SUCCESS && ctx != sentinel, "%s: %s", cake_cpu_isa_name(isa),
+                     cake_last_error());
+            cake_ctx_destroy(ctx);
+            TU_CHECK(f.releases == 1, "the transport was released %d times", f.releases);
+            continue;
+        }
+        const cake_status want = real ? CAKE_ERROR_UNSUPPORTED : CAKE_ERROR_INVALID_ARGUMENT;
+        TU_CHECK(st == want, "got %s (%s), want %s", cake_status_string(st), cake_last_error(),
+                 cake_status_string(want));
+        TU_CHECK(strncmp(cake_last_error(), "options->cpu.isa:", 17) == 0,
+                 "the message does not name options->cpu.isa: \"%s\"", cake_last_error());
+        TU_CHECK(ctx == sentinel, "*out written on failure");
+        TU_CHECK(f.releases == 0 && f.exchanges == 0, "the transport was used on failure");
+    }
+    cake_partition_destroy(part);
+}
+
 /* Issue 11, bug 1: the forward wrote the +0.0 rows and the rows it holds itself into `history`
  * (an output) before the exchange, so a failed or timed-out exchange left them written, though
  * nothing may be written on failure. Rank 0 of two, whose history pool has rows of all three
@@ -528,6 +566,7 @@ int main(void) {
         cmocka_unit_test(test_ranges_row_count_overflow),
         cmocka_unit_test(test_weight_bytes_overflow),
         cmocka_unit_test(test_single_rank_checks_before_allocating),
+        cmocka_unit_test(test_ctx_isa_outcomes),
         cmocka_unit_test(test_failed_exchange_leaves_history),
         cmocka_unit_test(test_handle_from_other_partition_refused),
         cmocka_unit_test(test_env_values_parsed_strictly),
