@@ -63,8 +63,9 @@
 /* 1: the AVX-512 paths' plain and bias backward walks bands; 0: the 4-row steps (a measurement
  * variant: on the Intel Xeon of the H200's host the steps took 150-153 ms at two threads against
  * 165-168 for the bands with their prefetch, on the AMD EPYC of the fourth session the bands won
- * by about 10 %; both were the fused steps, before CAKE_CPU_STEP_SPLIT, and the split steps are
- * not yet measured on AVX-512; docs/PERFORMANCE.md). */
+ * by about 10 %; both were the fused steps, before CAKE_CPU_STEP_SPLIT, and the split steps, with
+ * their partials by conv_cpu_avx2_partials.inc, are not yet measured on AVX-512;
+ * docs/PERFORMANCE.md). */
 #ifndef CAKE_CPU_BANDS
 #define CAKE_CPU_BANDS 1
 #endif
