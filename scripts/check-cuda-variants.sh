@@ -11,7 +11,7 @@ if [ -z "$nvcc" ]; then
   exit 0
 fi
 variants=(
-  "panel-tma -DCAKE_CUDA_PANEL_TMA=1"
+  "panel-cp-async -DCAKE_CUDA_PANEL_TMA=0"
 )
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -43,20 +43,28 @@ namespace cake_cuda {
 constexpr int kPanelChainUnroll = CAKE_CUDA_PANEL_CHAIN_UNROLL;
 constexpr int kPanelMaxBlocks = 8;
 constexpr int64_t kPanelMaxRows = (int64_t)kPanelMaxBlocks * kBlockRows;
-constexpr int kPanelThreads = 512;
+/* Threads of a panel: 128 run the chains, the rest dx. 1024 (a measurement variant: more warps
+ * for a grid of one panel a multiprocessor) lost on the H200: 1 x [2048, 2048] plain backward
+ * 12.8 us queued against 12.3-12.4 (docs/PERFORMANCE.md). */
+#ifndef CAKE_CUDA_PANEL_THREADS
+#define CAKE_CUDA_PANEL_THREADS 512
+#endif
+constexpr int kPanelThreads = CAKE_CUDA_PANEL_THREADS;
 /* Channels of a panel: 16 (32-byte row pieces, whole sectors) for the memory-bound variants,
  * 8 with SiLU, whose fp32 g takes twice the room: two panels a multiprocessor then. */
 __host__ __device__ constexpr int panel_channels(int V) { return (V & kSilu) ? 8 : 16; }
-__host__ __device__ constexpr int panel_min_blocks(int V) { return (V & kSilu) ? 2 : 1; }
+__host__ __device__ constexpr int panel_min_blocks(int V) {
+    return (V & kSilu) && kPanelThreads <= 512 ? 2 : 1;
+}
 /* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per
  * dw block one 2-D tensor copy of x and one of dy ([256 rows, panel_channels] boxes, rows past
  * the call's and channels past the tensor's filled with zeros), issued by one thread and
  * completing on the block's barrier, in place of 16-byte cp.async by every thread (whose issue the
  * ncu profile found throttled). x then keeps no spare rows (a tensor copy lands 128-byte aligned).
- * 0 (default): cp.async. A measurement variant written in a session without a device: built by
- * CI, not yet run (dev/variants.txt, panel-tma). */
+ * Default: on the H200 it took the small shape's backward from 13.6 to 12.3 us (docs/PERFORMANCE.md).
+ * 0: cp.async (dev/variants.txt, panel-cp-async). */
 #ifndef CAKE_CUDA_PANEL_TMA
-#define CAKE_CUDA_PANEL_TMA 0
+#define CAKE_CUDA_PANEL_TMA 1
 #endif
 __host__ __device__ constexpr bool panel_tma(int V) { return CAKE_CUDA_PANEL_TMA && !(V & kSilu); }
 
