@@ -60,14 +60,13 @@
 #ifndef CAKE_CPU_BAND_ROWS
 #define CAKE_CPU_BAND_ROWS CAKE_DW_BLOCK_ROWS
 #endif
-/* 1: the AVX-512 paths' plain and bias backward walks bands; 0: the 4-row steps (a measurement
- * variant: on the Intel Xeon of the H200's host the steps took 150-153 ms at two threads against
- * 165-168 for the bands with their prefetch, on the AMD EPYC of the fourth session the bands won
- * by about 10 %; both were the fused steps, before CAKE_CPU_STEP_SPLIT, and the split steps, with
- * their partials by conv_cpu_avx2_partials.inc, are not yet measured on AVX-512;
- * docs/PERFORMANCE.md). */
+/* 0 (default): the AVX-512 paths' plain and bias backward takes the split 4-row steps, as the
+ * avx2 path does; 1: it walks bands (a measurement variant). Intel Xeon of the H200's host, 3 x
+ * [32768, 4096], two threads: steps 95.6-99.7 ms against the bands' 115.9-129.9, with a bias
+ * 103.3-110.4 against 125.1-152.3 (docs/PERFORMANCE.md). On the fourth session's AMD EPYC (Zen 4)
+ * the bands beat the fused steps of then by about 10 %; the split steps are not measured there. */
 #ifndef CAKE_CPU_BANDS
-#define CAKE_CPU_BANDS 1
+#define CAKE_CPU_BANDS 0
 #endif
 /* While a band walks one column down its rows, it prefetches the x and dy lines of the column
  * CAKE_CPU_BAND_PREFETCH columns to the right (0: none), with __builtin_prefetch's locality
