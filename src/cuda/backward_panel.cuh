@@ -53,7 +53,7 @@ constexpr int kPanelThreads = CAKE_CUDA_PANEL_THREADS;
 /* Channels of a panel: 16 (32-byte row pieces, whole sectors) for the memory-bound variants,
  * 8 with SiLU, whose fp32 g takes twice the room: two panels a multiprocessor then. */
 __host__ __device__ constexpr int panel_channels(int V) { return (V & kSilu) ? 8 : 16; }
-__host__ __device__ constexpr int panel_min_blocks(int V) {
+__host__ __device__ constexpr int panel_min_blocks(int V) { /* two of 1024 threads do not fit */
     return (V & kSilu) && kPanelThreads <= 512 ? 2 : 1;
 }
 /* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per
@@ -61,8 +61,8 @@ __host__ __device__ constexpr int panel_min_blocks(int V) {
  * the call's and channels past the tensor's filled with zeros), issued by one thread and
  * completing on the block's barrier, in place of 16-byte cp.async by every thread (whose issue the
  * ncu profile found throttled). x then keeps no spare rows (a tensor copy lands 128-byte aligned).
- * Default: on the H200 it took the small shape's backward from 13.6 to 12.3 us (docs/PERFORMANCE.md).
- * 0: cp.async (dev/variants.txt, panel-cp-async). */
+ * Default: on the H200 it took 1 x [2048, 2048]'s plain backward from 13.6 to 12.3 us queued
+ * (docs/PERFORMANCE.md). 0: cp.async (dev/variants.txt, panel-cp-async). */
 #ifndef CAKE_CUDA_PANEL_TMA
 #define CAKE_CUDA_PANEL_TMA 1
 #endif
