@@ -4,13 +4,13 @@
  * The tiles (backward_tile.cuh) take a 256-row dw block each: every block loads, then looks up,
  * then runs its chains, all blocks of the call in the same phase at once, and a second launch
  * folds the partials. A panel holds every dw block of its channels, so
- *   - its loads go out at once, by cp.async into shared memory, one mbarrier a dw block: the
- *     chains and dx of block b wait for b's rows (and the 3 before, or after) alone, not for
- *     the whole panel;
+ *   - its loads go out at once into shared memory (tensor copies, CAKE_CUDA_PANEL_TMA; with
+ *     SiLU cp.async), one mbarrier a dw block: the chains and dx of block b wait for b's rows
+ *     (and the 3 before, or after) alone, not for the whole panel;
  *   - the dw tree is folded in the block (at most kPanelMaxBlocks partials a column): dw and
  *     dbias are written by the same launch, no tree kernel.
- * Threads: with SiLU (CAKE_CUDA_PANEL_BACKWARD=1 only) every thread first computes g = dy * silu'(a) of the rows it is given, a
- * dw block at a time (dy lands bf16 in the second half of its g rows, read before the barrier
+ * Threads: with SiLU (CAKE_CUDA_PANEL_BACKWARD=1 only) every thread first computes
+ * g = dy * silu'(a) of the rows it is given, a dw block at a time (dy lands bf16 in the second half of its g rows, read before the barrier
  * and overwritten by the fp32 g after it). Then warps 0 .. (kPanelMaxBlocks * CH / 32 - 1) run
  * the chains, a thread per (dw block, channel): its four taps' chains p_k = fma(g(t),
  * x(t - 3 + k), p_k) and dbias's over the block's rows in order; the others compute dx, a
