@@ -10,8 +10,8 @@
  *   - the dw tree is folded in the block (at most kPanelMaxBlocks partials a column): dw and
  *     dbias are written by the same launch, no tree kernel.
  * Threads: with SiLU (CAKE_CUDA_PANEL_BACKWARD=1 only) every thread first computes
- * g = dy * silu'(a) of the rows it is given, a dw block at a time (dy lands bf16 in the second half of its g rows, read before the barrier
- * and overwritten by the fp32 g after it). Then warps 0 .. (kPanelMaxBlocks * CH / 32 - 1) run
+ * g = dy * silu'(a) of the rows it is given, a dw block at a time (dy lands bf16 in the second
+ * half of its g rows, read before the barrier and overwritten by the fp32 g after it). Then warps 0 .. (kPanelMaxBlocks * CH / 32 - 1) run
  * the chains, a thread per (dw block, channel): its four taps' chains p_k = fma(g(t),
  * x(t - 3 + k), p_k) and dbias's over the block's rows in order; the others compute dx, a
  * thread per (channel pair, run of rows), g(t + 3) from shared memory (past a fragment's end
