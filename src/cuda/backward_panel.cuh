@@ -9,14 +9,14 @@
  *     (and the 3 before, or after) alone, not for the whole panel;
  *   - the dw tree is folded in the block (at most kPanelMaxBlocks partials a column): dw and
  *     dbias are written by the same launch, no tree kernel.
- * Threads: with SiLU (CAKE_CUDA_PANEL_BACKWARD=1 only) every thread first computes
- * g = dy * silu'(a) of the rows it is given, a dw block at a time (dy lands bf16 in the second
- * half of its g rows, read before the barrier and overwritten by the fp32 g after it). Then warps 0 .. (kPanelMaxBlocks * CH / 32 - 1) run
- * the chains, a thread per (dw block, channel): its four taps' chains p_k = fma(g(t),
- * x(t - 3 + k), p_k) and dbias's over the block's rows in order; the others compute dx, a
- * thread per (channel pair, run of rows), g(t + 3) from shared memory (past a fragment's end
- * from its future pool, as the walk reads it). The same operations on the same values in the
- * same order as the walk and the tree (docs/NUMERICS.md), so the same bits. */
+ * Threads: with SiLU (CAKE_CUDA_PANEL_BACKWARD=1 only) every thread first computes g = dy *
+ * silu'(a) of the rows it is given, a dw block at a time (dy lands bf16 in the second half of its
+ * g rows, read before the barrier and overwritten by the fp32 g after it). Then warps 0 ..
+ * (kPanelMaxBlocks * CH / 32 - 1) run the chains, a thread per (dw block, channel): its four taps'
+ * chains p_k = fma(g(t), x(t - 3 + k), p_k) and dbias's over the block's rows in order; the others
+ * compute dx, a thread per (channel pair, run of rows), g(t + 3) from shared memory (past a
+ * fragment's end from its future pool, as the walk reads it). The same operations on the same
+ * values in the same order as the walk and the tree (docs/NUMERICS.md), so the same bits. */
 #ifndef CAKE_BACKWARD_PANEL_CUH
 #define CAKE_BACKWARD_PANEL_CUH
 
@@ -56,21 +56,22 @@ __host__ __device__ constexpr int panel_channels(int V) { return (V & kSilu) ? 8
 __host__ __device__ constexpr int panel_min_blocks(int V) { /* two of 1024 threads do not fit */
     return (V & kSilu) && kPanelThreads <= 512 ? 2 : 1;
 }
-/* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per
- * dw block one 2-D tensor copy of x and one of dy ([256 rows, panel_channels] boxes, rows past
- * the call's and channels past the tensor's filled with zeros), issued by one thread and
- * completing on the block's barrier, in place of 16-byte cp.async by every thread (whose issue the
- * ncu profile found throttled). x then keeps no spare rows (a tensor copy lands 128-byte aligned).
- * Default: on the H200 it took 1 x [2048, 2048]'s plain backward from 13.6 to 12.3 us queued
- * (docs/PERFORMANCE.md). 0: cp.async (dev/variants.txt, panel-cp-async). */
+/* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per dw
+ * block (or piece, CAKE_CUDA_PANEL_PIECES) one 2-D tensor copy of x and one of dy (boxes of its
+ * rows and panel_channels channels, rows past the call's and channels past the tensor's filled
+ * with zeros), issued by one thread and completing on the block's (piece's) barrier, in place of
+ * 16-byte cp.async by every thread (whose issue the ncu profile found throttled). x then keeps no
+ * spare rows (a tensor copy lands 128-byte aligned). Default: on the H200 it took 1 x [2048,
+ * 2048]'s plain backward from 13.6 to 12.3 us queued (docs/PERFORMANCE.md). 0: cp.async
+ * (dev/variants.txt, panel-cp-async). */
 #ifndef CAKE_CUDA_PANEL_TMA
 #define CAKE_CUDA_PANEL_TMA 1
 #endif
 __host__ __device__ constexpr bool panel_tma(int V) { return CAKE_CUDA_PANEL_TMA && !(V & kSilu); }
 /* Pieces of a dw block's rows that the tensor copies bring in, each with its own barrier (TMA
- * panels only). 1 (default): the block's 256 rows at once. 2, 4, 8 (measurement variants, not
- * yet run): the copies go out piece by piece across the blocks (every block's first piece,
- * then every second), and a chain walks a piece as soon as it lands, so the chains of the
+ * panels only). 1 (default): the block's 256 rows at once. 2, 4, 8 (measurement variants, not yet
+ * run): the copies go out piece by piece across the blocks (every block's first piece, then every
+ * block's second, and so on), and a chain walks a piece as soon as it lands, so the chains of the
  * blocks that land last keep only their last piece to walk after the loads. */
 #ifndef CAKE_CUDA_PANEL_PIECES
 #define CAKE_CUDA_PANEL_PIECES 1
@@ -269,7 +270,8 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
     PairWeights w = {};
     if (live) w = load_weights<V>(T, cq);
     for (int b = 0; b < nb; b++) {
-        mbarrier_wait_first_phase(&s.loaded[b]); /* one piece a block; block b - 1's x waited for before */
+        /* one piece a block with SiLU; block b - 1's x waited for before */
+        mbarrier_wait_first_phase(&s.loaded[b]);
         const uint16_t *stage = panel_dy_stage(s, b);
         float2 g[kPasses];
 #pragma unroll
