@@ -77,6 +77,7 @@ __host__ __device__ constexpr bool panel_tma(int V) { return CAKE_CUDA_PANEL_TMA
 #define CAKE_CUDA_PANEL_PIECES 1
 #endif
 __host__ __device__ constexpr int panel_pieces(int V) { return panel_tma(V) ? CAKE_CUDA_PANEL_PIECES : 1; }
+__host__ __device__ constexpr int panel_piece_rows(int V) { return kBlockRows / panel_pieces(V); }
 static_assert(CAKE_CUDA_PANEL_PIECES >= 1 && CAKE_CUDA_PANEL_PIECES <= 8 &&
                   kBlockRows % CAKE_CUDA_PANEL_PIECES == 0, "1, 2, 4 or 8 pieces of a dw block");
 
@@ -160,7 +161,7 @@ __device__ __forceinline__ void fence_barrier_init_for_copies() {
 template <int V>
 __device__ void panel_tensor_copies(PanelShared<V> &s, const CUtensorMap *mx,
                                     const CUtensorMap *mdy, int nb, int64_t c0) {
-    constexpr int kPieces = panel_pieces(V), kPieceRows = kBlockRows / kPieces;
+    constexpr int kPieces = panel_pieces(V), kPieceRows = panel_piece_rows(V);
     constexpr unsigned kBytes = 2u * kPieceRows * panel_channels(V) * sizeof(uint16_t);
     for (int p = 0; p < kPieces; p++)
         for (int b = 0; b < nb; b++) {
@@ -314,7 +315,6 @@ template <int V>
 __device__ void panel_chains(const TensorArgs &T, PanelShared<V> &s, int rows, int nf, int b,
                              int c, int64_t cg) {
     constexpr int CH = panel_channels(V), kPieces = panel_pieces(V);
-    constexpr int kPieceRows = kBlockRows / kPieces;
     const int t0 = b * kBlockRows, t1 = t0 + kBlockRows < rows ? t0 + kBlockRows : rows;
     int f = panel_fragment(s.starts, nf, t0);
     /* the first window's history rows while the block's rows are on their way */
@@ -329,16 +329,19 @@ __device__ void panel_chains(const TensorArgs &T, PanelShared<V> &s, int rows, i
     for (int j = 0; j < 3; j++)
         if (t0 - 3 + j >= start0) h[j] = panel_x(T, s, f, start0, t0 - 3 + j, c, cg);
     ChannelChains<V> ch;
-    int piece = 0; /* with kPieces > 1: the piece of the block that t is in */
-    (void)piece;
+    /* with kPieces > 1: the piece of the block that t is in, and where it ends */
+    int piece = 0, piece_end = t0 + panel_piece_rows(V);
+    (void)piece, (void)piece_end;
     /* a fragment's piece of the block at a time (with kPieces > 1, also a piece's) */
     for (int t = t0; t < t1; f += kPieces == 1 || t == s.starts[f + 1]) {
         const int start = s.starts[f];
         int end = s.starts[f + 1] < t1 ? s.starts[f + 1] : t1;
         if constexpr (kPieces > 1) {
-            if (t == t0 + (piece + 1) * kPieceRows)
+            if (t == piece_end) {
                 mbarrier_wait_first_phase(&s.loaded[b * kPieces + ++piece]);
-            if (t0 + (piece + 1) * kPieceRows < end) end = t0 + (piece + 1) * kPieceRows;
+                piece_end += panel_piece_rows(V);
+            }
+            if (piece_end < end) end = piece_end;
         }
         ch.x0 = h[0]; /* x(t - 3), x(t - 2), x(t - 1) */
         ch.x1 = h[1];
@@ -451,8 +454,8 @@ __device__ void backward_panel(const ConvArgs &a, const PanelMaps &m, int i, int
         const int64_t cq = c0 + 2 * q;
         if (b < nb && r0 < r1 && cq < C) {
             const PairWeights w = load_weights<V>(T, cq);
-            constexpr int kPieces = panel_pieces(V), kPieceRows = kBlockRows / kPieces;
-            if constexpr (kPieces == 1) {
+            constexpr int kPieces = panel_pieces(V), kPieceRows = panel_piece_rows(V);
+            if constexpr (kPieces == 1) { /* the tested default's code, unchanged */
                 mbarrier_wait_first_phase(&s.loaded[b]);
             } else { /* the pieces of rows r0 .. r1 + 2 in block b */
                 const int last = (r1 + 2 < block_end ? r1 + 2 : block_end - 1) - b * kBlockRows;
