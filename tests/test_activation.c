@@ -16,8 +16,9 @@
  *    CAKE_SILU_QUICK_DISTANCE bit patterns of cake_silu(a), the bound its guard relies on (the
  *    max distance and how often the full sequence runs are printed). On the GPU the same for
  *    every input, always (tests/cuda/test_activation_cuda.cu);
- *  - cake_silu_grad_unscaled (the SiLU backward walks' sequence where all a are in its range)
- *    bitwise equal to cake_silu_grad for every |a| <= CAKE_ACT_UNSCALED_MAX swept.
+ *  - cake_silu_grad_unscaled (the SiLU backward's sequence where all a of a walk or chunk are in
+ *    its range) bitwise equal to cake_silu_grad for every |a| <= CAKE_ACT_UNSCALED_MAX swept,
+ *    compiled here and in each ISA file's loop.
  *
  * Default (CI, seconds): every 331st bit pattern; every pattern of the hard regions (the
  * subnormal results of a in [-110, -85], the zero of silu' and G2's window in [-1.375, -1.1875],
@@ -47,13 +48,18 @@
 #include "reference_activation.h"
 
 void cake_test_silu_loop_generic(const float *in, float *silu, float *grad, float *quick, int64_t n);
+void cake_test_silu_grad_unscaled_loop_generic(const float *in, float *grad, int64_t n);
 #if defined(CAKE_TEST_HAVE_X86)
 void cake_test_silu_loop_avx2(const float *in, float *silu, float *grad, float *quick, int64_t n);
 void cake_test_silu_loop_avx512(const float *in, float *silu, float *grad, float *quick, int64_t n);
+void cake_test_silu_grad_unscaled_loop_avx2(const float *in, float *grad, int64_t n);
+void cake_test_silu_grad_unscaled_loop_avx512(const float *in, float *grad, int64_t n);
 #endif
 
 /* silu, silu' and cake_silu_for_bf16 of n inputs */
 typedef void (*silu_loop)(const float *, float *, float *, float *, int64_t);
+/* cake_silu_grad_unscaled of n inputs */
+typedef void (*grad_loop)(const float *, float *, int64_t);
 
 /* ---- bits, oracle, ulp ------------------------------------------------------------------- */
 
@@ -147,7 +153,8 @@ typedef struct sweep_stats {
     uint64_t unscaled_differs; /* |a| <= CAKE_ACT_UNSCALED_MAX, cake_silu_grad_unscaled != g */
     uint32_t unscaled_differs_arg;
     uint64_t mismatch[4];     /* differs from the generic loop: 0 the reference, 2 the avx2 loop,
-                                 3 the avx512 loop ([1], the generic loop itself, stays 0) */
+                                 3 the avx512 loop ([1], the generic loop itself, only by its
+                                 unscaled loop); the unscaled loops where |a| <= 44 */
     uint32_t mismatch_arg[4];
 } sweep_stats;
 
@@ -162,6 +169,7 @@ typedef struct sweep_job {
     const uint32_t *extra; /* explicit patterns (random part) */
     uint64_t num_extra;
     silu_loop loops[4]; /* [1..3]; NULL where not supported */
+    grad_loop unscaled[4]; /* the same paths' cake_silu_grad_unscaled */
     pthread_mutex_t lock;
     uint64_t next_chunk; /* shared cursor over (range, chunk) and then the extra patterns */
     uint64_t *chunk_base; /* first chunk index of each range, plus the total */
@@ -170,7 +178,7 @@ typedef struct sweep_job {
 typedef struct worker {
     sweep_job *job;
     sweep_stats st;
-    float in[CHUNK], s0[CHUNK], g0[CHUNK], q0[CHUNK], s1[CHUNK], g1[CHUNK], q1[CHUNK];
+    float in[CHUNK], s0[CHUNK], g0[CHUNK], q0[CHUNK], s1[CHUNK], g1[CHUNK], q1[CHUNK], u1[CHUNK];
 } worker;
 
 static void note_max(double e, uint32_t u, double *max, uint32_t *arg) {
@@ -205,6 +213,14 @@ static void check_chunk(worker *w, int64_t n) {
         for (int64_t i = 0; i < n; i++)
             if (bits(w->s1[i]) != bits(w->s0[i]) || bits(w->g1[i]) != bits(w->g0[i]) ||
                 bits(w->q1[i]) != bits(w->q0[i]))
+                note_count(&st->mismatch[path], &st->mismatch_arg[path], bits(w->in[i]));
+    }
+    for (int path = 1; path < 4; path++) { /* each path's unscaled silu', vectorised as there */
+        if (!w->job->unscaled[path])
+            continue;
+        w->job->unscaled[path](w->in, w->u1, n);
+        for (int64_t i = 0; i < n; i++)
+            if (fabsf(w->in[i]) <= CAKE_ACT_UNSCALED_MAX && bits(w->u1[i]) != bits(w->g0[i]))
                 note_count(&st->mismatch[path], &st->mismatch_arg[path], bits(w->in[i]));
     }
     for (int64_t i = 0; i < n; i++) {
@@ -327,18 +343,25 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static void loops_for_this_cpu(silu_loop loops[4]) {
+static void loops_for_this_cpu(silu_loop loops[4], grad_loop unscaled[4]) {
+    grad_loop u[4] = {NULL, cake_test_silu_grad_unscaled_loop_generic, NULL, NULL};
     loops[0] = NULL;
     loops[1] = cake_test_silu_loop_generic;
     loops[2] = loops[3] = NULL;
 #if defined(CAKE_TEST_HAVE_X86)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         loops[2] = cake_test_silu_loop_avx2;
+        u[2] = cake_test_silu_grad_unscaled_loop_avx2;
+    }
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         loops[3] = cake_test_silu_loop_avx512;
+        u[3] = cake_test_silu_grad_unscaled_loop_avx512;
+    }
 #endif
+    if (unscaled)
+        memcpy(unscaled, u, sizeof u);
     for (int p = 1; p < 4; p++)
         if (!loops[p])
             printf("[cake-test] %s: not supported by this build or processor, skipped\n",
@@ -358,7 +381,7 @@ static void run_sweep(const char *label, const sweep_range *ranges, int num_rang
     job.num_ranges = num_ranges;
     job.extra = extra;
     job.num_extra = num_extra;
-    loops_for_this_cpu(job.loops);
+    loops_for_this_cpu(job.loops, job.unscaled);
     pthread_mutex_init(&job.lock, NULL);
     job.chunk_base = malloc(sizeof(uint64_t) * (size_t)(num_ranges + 1));
     assert_non_null(job.chunk_base);
@@ -418,8 +441,9 @@ static void run_sweep(const char *label, const sweep_range *ranges, int num_rang
     REPORT(unscaled_differs, unscaled_differs_arg, "inputs |a| <= %g where "
            "cake_silu_grad_unscaled differs from cake_silu_grad", (double)CAKE_ACT_UNSCALED_MAX);
     for (int p = 0; p < 4; p++) {
-        REPORT(mismatch[p], mismatch_arg[p], "inputs where %s differs from the generic loop",
-               k_path_name[p]);
+        REPORT(mismatch[p], mismatch_arg[p], "inputs where %s differs from the generic loop "
+               "(silu, silu', the quick silu, or, where |a| <= %g, its unscaled silu')",
+               k_path_name[p], (double)CAKE_ACT_UNSCALED_MAX);
     }
 #undef REPORT
     if (failed) {
@@ -507,7 +531,7 @@ static void test_specials(void **state) {
         {0x7f800001u, 0x7f800001u, 0x7f800001u},
     };
     silu_loop loops[4];
-    loops_for_this_cpu(loops);
+    loops_for_this_cpu(loops, NULL);
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const float a = from_bits(cases[i].a);
