@@ -524,9 +524,10 @@ static void test_silu_quick_fallback(void **state) {
  * (|a| <= 44): weights (0, 0, 0, 1) make a = x(t) (+ the bias) exactly; ordinary x everywhere,
  * spikes of |a| > 88 in a few rows of most channels (there cake_silu_grad_unscaled gives NaN or
  * another value, checked here: g taken from it would change dw, dbias and dx), none in the
- * first 64 channels, and |a| of exactly 44 and just below it beside them. So some chunks of a
- * step run the whole sequence and others the shorter one, and the spikes move between them
- * from step to step. Against the reference on every rank, at 1 and 7 threads. */
+ * first 64 channels, and |a| of exactly 44 and of the bf16 just below it (43.75) beside them.
+ * So some chunks of a step run the whole sequence and others the shorter one, and the spikes
+ * move between them from step to step. Against the reference on every rank, at 1 and 7
+ * threads. */
 static void test_silu_grad_chunks(void **state) {
     (void)state;
     tu_rng r;
