@@ -12,7 +12,6 @@ if [ -z "$nvcc" ]; then
 fi
 variants=(
   "panel-cp-async -DCAKE_CUDA_PANEL_TMA=0"
-  "panel-pieces4 -DCAKE_CUDA_PANEL_PIECES=4"
 )
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

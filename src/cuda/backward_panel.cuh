@@ -56,30 +56,19 @@ __host__ __device__ constexpr int panel_channels(int V) { return (V & kSilu) ? 8
 __host__ __device__ constexpr int panel_min_blocks(int V) { /* two of 1024 threads do not fit */
     return (V & kSilu) && kPanelThreads <= 512 ? 2 : 1;
 }
-/* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per dw
- * block (or piece, CAKE_CUDA_PANEL_PIECES) one 2-D tensor copy of x and one of dy (boxes of its
- * rows and panel_channels channels, rows past the call's and channels past the tensor's filled
- * with zeros), issued by one thread and completing on the block's (piece's) barrier, in place of
- * 16-byte cp.async by every thread (whose issue the ncu profile found throttled). x then keeps no
- * spare rows (a tensor copy lands 128-byte aligned). Default: on the H200 it took 1 x [2048,
- * 2048]'s plain backward from 13.6 to 12.3 us queued (docs/PERFORMANCE.md). 0: cp.async
- * (dev/variants.txt, panel-cp-async). */
+/* 1: the plain and bias panels load their rows by the Hopper's tensor memory accelerator: per
+ * dw block one 2-D tensor copy of x and one of dy ([256 rows, panel_channels] boxes, rows past
+ * the call's and channels past the tensor's filled with zeros), issued by one thread and
+ * completing on the block's barrier, in place of 16-byte cp.async by every thread (whose issue the
+ * ncu profile found throttled). x then keeps no spare rows (a tensor copy lands 128-byte aligned).
+ * Default: on the H200 it took 1 x [2048, 2048]'s plain backward from 13.6 to 12.3 us queued
+ * (docs/PERFORMANCE.md). 0: cp.async (dev/variants.txt, panel-cp-async). Copies by pieces of a
+ * block, each with its own barrier so that the chains could start on a block's first rows, lost
+ * on the H100 (docs/PERFORMANCE.md, eleventh session). */
 #ifndef CAKE_CUDA_PANEL_TMA
 #define CAKE_CUDA_PANEL_TMA 1
 #endif
 __host__ __device__ constexpr bool panel_tma(int V) { return CAKE_CUDA_PANEL_TMA && !(V & kSilu); }
-/* Pieces of a dw block's rows that the tensor copies bring in, each with its own barrier (TMA
- * panels only). 1 (default): the block's 256 rows at once. 2, 4, 8 (measurement variants, not yet
- * run): the copies go out piece by piece across the blocks (every block's first piece, then every
- * block's second, and so on), and a chain walks a piece as soon as it lands, so the chains of the
- * blocks that land last keep only their last piece to walk after the loads. */
-#ifndef CAKE_CUDA_PANEL_PIECES
-#define CAKE_CUDA_PANEL_PIECES 1
-#endif
-__host__ __device__ constexpr int panel_pieces(int V) { return panel_tma(V) ? CAKE_CUDA_PANEL_PIECES : 1; }
-__host__ __device__ constexpr int panel_piece_rows(int V) { return kBlockRows / panel_pieces(V); }
-static_assert(CAKE_CUDA_PANEL_PIECES >= 1 && CAKE_CUDA_PANEL_PIECES <= 8 &&
-                  kBlockRows % CAKE_CUDA_PANEL_PIECES == 0, "1, 2, 4 or 8 pieces of a dw block");
 
 /* The tensor maps of the panel launch's tensors (CAKE_CUDA_PANEL_TMA builds). */
 struct PanelMaps {
@@ -104,8 +93,7 @@ struct PanelShared {
     static constexpr int CH = panel_channels(V);
     /* g in shared memory: dy itself (bf16) without SiLU, g = dy * silu'(a) (fp32) with it */
     using G = typename std::conditional<(V & kSilu) != 0, float, uint16_t>::type;
-    /* mbarrier: piece p of dw block b's x and dy rows landed (index b * panel_pieces(V) + p) */
-    unsigned long long loaded[kPanelMaxBlocks * CAKE_CUDA_PANEL_PIECES];
+    unsigned long long loaded[kPanelMaxBlocks]; /* mbarrier: dw block b's x and dy rows landed */
     int32_t starts[kPanelMaxRows + 1];          /* frag_start (local rows) */
     uint8_t offset[kPanelMaxRows];              /* SiLU: the row - its fragment's start, capped at 3 */
     float partial[kPanelMaxBlocks][5][CH];      /* [dw block][tap; 4: dbias][channel] */
@@ -156,29 +144,25 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(unsigned long long *ba
 __device__ __forceinline__ void fence_barrier_init_for_copies() {
     asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
 }
-/* Every dw block's x and dy rows by two tensor copies a piece, each completing `bytes` on the
- * piece's barrier (initialised with one arrival: this thread's, which announces the bytes). */
+/* Every dw block's x and dy rows by two tensor copies, each completing `bytes` on the block's
+ * barrier (initialised with one arrival: this thread's, which announces the bytes). */
 template <int V>
 __device__ void panel_tensor_copies(PanelShared<V> &s, const CUtensorMap *mx,
                                     const CUtensorMap *mdy, int nb, int64_t c0) {
-    constexpr int kPieces = panel_pieces(V), kPieceRows = panel_piece_rows(V);
-    constexpr unsigned kBytes = 2u * kPieceRows * panel_channels(V) * sizeof(uint16_t);
-    for (int p = 0; p < kPieces; p++)
-        for (int b = 0; b < nb; b++) {
-            const unsigned bar = shared_address(&s.loaded[b * kPieces + p]);
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                         "r"(kBytes)
-                         : "memory");
-            const int row = b * kBlockRows + p * kPieceRows;
-            const void *dst[2] = {&s.x[row][0], &s.g[row][0]};
-            const CUtensorMap *map[2] = {mx, mdy};
+    constexpr unsigned kBytes = 2u * kBlockRows * panel_channels(V) * sizeof(uint16_t);
+    for (int b = 0; b < nb; b++) {
+        const unsigned bar = shared_address(&s.loaded[b]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kBytes)
+                     : "memory");
+        const void *dst[2] = {&s.x[b * kBlockRows][0], &s.g[b * kBlockRows][0]};
+        const CUtensorMap *map[2] = {mx, mdy};
 #pragma unroll
-            for (int j = 0; j < 2; j++)
-                asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                             " [%0], [%1, {%2, %3}], [%4];" ::"r"(shared_address(dst[j])),
-                             "l"(map[j]), "r"((int)c0), "r"(row), "r"(bar)
-                             : "memory");
-        }
+        for (int j = 0; j < 2; j++)
+            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                         " [%0], [%1, {%2, %3}], [%4];" ::"r"(shared_address(dst[j])),
+                         "l"(map[j]), "r"((int)c0), "r"(b * kBlockRows), "r"(bar)
+                         : "memory");
+    }
 }
 #endif
 
@@ -271,8 +255,7 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
     PairWeights w = {};
     if (live) w = load_weights<V>(T, cq);
     for (int b = 0; b < nb; b++) {
-        /* one piece a block with SiLU; block b - 1's x waited for before */
-        mbarrier_wait_first_phase(&s.loaded[b]);
+        mbarrier_wait_first_phase(&s.loaded[b]); /* block b - 1's x waited for before */
         const uint16_t *stage = panel_dy_stage(s, b);
         float2 g[kPasses];
 #pragma unroll
@@ -314,7 +297,7 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
 template <int V>
 __device__ void panel_chains(const TensorArgs &T, PanelShared<V> &s, int rows, int nf, int b,
                              int c, int64_t cg) {
-    constexpr int CH = panel_channels(V), kPieces = panel_pieces(V);
+    constexpr int CH = panel_channels(V);
     const int t0 = b * kBlockRows, t1 = t0 + kBlockRows < rows ? t0 + kBlockRows : rows;
     int f = panel_fragment(s.starts, nf, t0);
     /* the first window's history rows while the block's rows are on their way */
@@ -323,30 +306,18 @@ __device__ void panel_chains(const TensorArgs &T, PanelShared<V> &s, int rows, i
 #pragma unroll
     for (int j = 0; j < 3; j++)
         if (t0 - 3 + j < start0) h[j] = panel_x(T, s, f, start0, t0 - 3 + j, c, cg);
-    if (b > 0) mbarrier_wait_first_phase(&s.loaded[b * kPieces - 1]); /* x(t0 - 3) .. x(t0 - 1) */
-    mbarrier_wait_first_phase(&s.loaded[b * kPieces]);
+    if (b > 0) mbarrier_wait_first_phase(&s.loaded[b - 1]); /* x(t0 - 3) .. x(t0 - 1) */
+    mbarrier_wait_first_phase(&s.loaded[b]);
 #pragma unroll
     for (int j = 0; j < 3; j++)
         if (t0 - 3 + j >= start0) h[j] = panel_x(T, s, f, start0, t0 - 3 + j, c, cg);
     ChannelChains<V> ch;
-    /* with kPieces > 1: the piece of the block that t is in, and where it ends */
-    int piece = 0, piece_end = t0 + panel_piece_rows(V);
-    (void)piece, (void)piece_end;
-    /* a fragment's piece of the block at a time (with kPieces > 1, also a piece's) */
-    for (int t = t0; t < t1; f += kPieces == 1 || t == s.starts[f + 1]) {
-        const int start = s.starts[f];
-        int end = s.starts[f + 1] < t1 ? s.starts[f + 1] : t1;
-        if constexpr (kPieces > 1) {
-            if (t == piece_end) {
-                mbarrier_wait_first_phase(&s.loaded[b * kPieces + ++piece]);
-                piece_end += panel_piece_rows(V);
-            }
-            if (piece_end < end) end = piece_end;
-        }
+    for (int t = t0; t < t1; f++) { /* a fragment's piece of the block at a time */
+        const int start = s.starts[f], end = s.starts[f + 1] < t1 ? s.starts[f + 1] : t1;
         ch.x0 = h[0]; /* x(t - 3), x(t - 2), x(t - 1) */
         ch.x1 = h[1];
         ch.x2 = h[2];
-        if (t > t0) { /* a fragment (or piece) that starts inside the block: the rows before it */
+        if (t > t0) { /* a fragment that starts inside the block: its history */
             ch.x0 = panel_x(T, s, f, start, t - 3, c, cg);
             ch.x1 = panel_x(T, s, f, start, t - 2, c, cg);
             ch.x2 = panel_x(T, s, f, start, t - 1, c, cg);
@@ -419,8 +390,7 @@ __device__ void backward_panel(const ConvArgs &a, const PanelMaps &m, int i, int
     const int64_t C = T.channels;
 
     if (tid == 0) {
-        for (int b = 0; b < nb * panel_pieces(V); b++)
-            mbarrier_init(&s.loaded[b], panel_tma(V) ? 1 : kPanelThreads);
+        for (int b = 0; b < nb; b++) mbarrier_init(&s.loaded[b], panel_tma(V) ? 1 : kPanelThreads);
 #if CAKE_CUDA_PANEL_TMA
         if constexpr (panel_tma(V)) fence_barrier_init_for_copies();
 #endif
@@ -454,16 +424,8 @@ __device__ void backward_panel(const ConvArgs &a, const PanelMaps &m, int i, int
         const int64_t cq = c0 + 2 * q;
         if (b < nb && r0 < r1 && cq < C) {
             const PairWeights w = load_weights<V>(T, cq);
-            constexpr int kPieces = panel_pieces(V), kPieceRows = panel_piece_rows(V);
-            if constexpr (kPieces == 1) { /* the tested default's code, unchanged */
-                mbarrier_wait_first_phase(&s.loaded[b]);
-            } else { /* the pieces of rows r0 .. r1 + 2 in block b */
-                const int last = (r1 + 2 < block_end ? r1 + 2 : block_end - 1) - b * kBlockRows;
-                for (int p = (r0 - b * kBlockRows) / kPieceRows; p <= last / kPieceRows; p++)
-                    mbarrier_wait_first_phase(&s.loaded[b * kPieces + p]);
-            }
-            if (b + 1 < nb) /* g(t + 1) .. g(t + 3) */
-                mbarrier_wait_first_phase(&s.loaded[(b + 1) * kPieces]);
+            mbarrier_wait_first_phase(&s.loaded[b]);
+            if (b + 1 < nb) mbarrier_wait_first_phase(&s.loaded[b + 1]); /* g(t + 1) .. g(t + 3) */
             panel_dx<V>(a, T, s, w, nf, r0, r1, q, cq);
         }
     }

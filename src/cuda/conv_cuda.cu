@@ -225,14 +225,14 @@ cake_status launch(const void *kernel, int64_t blocks, void **args, cudaStream_t
 }
 
 #if CAKE_CUDA_PANEL_TMA
-/* The tensor map of a [rows, C] bf16 array for the panels' tensor copies: boxes of `box_rows`
- * rows and `box_channels` channels, out-of-range elements read as zeros. */
+/* The tensor map of a [rows, C] bf16 array for the panels' tensor copies: boxes of 256 rows and
+ * `box_channels` channels, out-of-range elements read as zeros. */
 cake_status encode_panel_map(const cake_cuda_launch_facts &f, CUtensorMap *map, const uint16_t *base,
-                             int64_t rows, int64_t C, int box_rows, int box_channels) {
+                             int64_t rows, int64_t C, int box_channels) {
     const auto encode = (PFN_cuTensorMapEncodeTiled_v12000)f.tensor_map_encode;
     const cuuint64_t dims[2] = {(cuuint64_t)C, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)C * sizeof(uint16_t)};
-    const cuuint32_t box[2] = {(cuuint32_t)box_channels, (cuuint32_t)box_rows};
+    const cuuint32_t box[2] = {(cuuint32_t)box_channels, (cuuint32_t)kBlockRows};
     const cuuint32_t element_strides[2] = {1, 1};
     const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides,
                               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -711,10 +711,10 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
             for (int i = 0; i < count && panel_tma(V) && status == CAKE_SUCCESS; i++) {
                 status = encode_panel_map(facts, &maps.x[i], a.t[i].x, rows, a.t[i].channels,
-                                          panel_piece_rows(V), panel_channels(V));
+                                          panel_channels(V));
                 if (status == CAKE_SUCCESS)
-                    status = encode_panel_map(facts, &maps.dy[i], a.t[i].dy, rows, a.t[i].channels,
-                                              panel_piece_rows(V), panel_channels(V));
+                    status = encode_panel_map(facts, &maps.dy[i], a.t[i].dy, rows,
+                                              a.t[i].channels, panel_channels(V));
             }
             if (status != CAKE_SUCCESS) break;
 #endif
