@@ -524,7 +524,8 @@ static void test_silu_quick_fallback(void **state) {
  * (|a| <= 44): weights (0, 0, 0, 1) make a = x(t) (+ the bias) exactly; ordinary x everywhere,
  * spikes of |a| > 88 in a few rows of most channels (there cake_silu_grad_unscaled gives NaN or
  * another value, checked here: g taken from it would change dw, dbias and dx), none in the
- * first 64 channels, and |a| of exactly 44 and of the bf16 just below it (43.75) beside them.
+ * first 128 channels (a whole chunk, at chunk sizes up to CAKE_CPU_SILU_CHUNK = 64 pairs), and
+ * |a| of exactly 44 and of the bf16 just below it (43.75) beside them.
  * So some chunks of a step run the whole sequence and others the shorter one, and the spikes
  * move between them from step to step. Against the reference on every rank, at 1 and 7
  * threads. */
@@ -534,7 +535,7 @@ static void test_silu_grad_chunks(void **state) {
     tu_rng_init(&r, 910);
     static const float spikes[] = {96.0f, -96.0f, 104.0f, -104.0f, 120.0f, -120.0f};
     static const float edges[] = {44.0f, -44.0f, 43.75f, -43.75f};
-    const int64_t cu[] = {0, 7, 7, 150, 151, 400}, C[2] = {200, 8};
+    const int64_t cu[] = {0, 7, 7, 150, 151, 400}, C[2] = {328, 8};
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         tu_problem pb;
         tu_problem_init(&pb, &r, TU_NARROW, cu, 5, 2, C);
@@ -546,7 +547,7 @@ static void test_silu_grad_chunks(void **state) {
                 memcpy(&pb.w[i][c * 4], w, sizeof w);
                 if (with_bias) pb.bias[i][c] = 0.25f * (float)(c % 3 - 1);
             }
-            const int64_t first = i == 0 ? 64 : 0, odds = i == 0 ? 64 : 16;
+            const int64_t first = i == 0 ? 128 : 0, odds = i == 0 ? 64 : 16;
             for (int64_t t = 0; t < pb.T; t++)
                 for (int64_t c = 0; c < C[i]; c++) {
                     cake_bf16 *x = &pb.x[i][t * C[i] + c];
