@@ -277,9 +277,8 @@ __device__ void panel_silu_g(const TensorArgs &T, PanelShared<V> &s, int rows, i
                     for (int j = 0; j < 3; j++) x[j] = panel_x_pair(T, s, f, t - off, t - 3 + j, q, cq);
                 }
                 x[3] = *reinterpret_cast<const uint32_t *>(&s.x[panel_row<V>(t)][2 * q]);
-                const float2 a = conv_pair<V>(w, x[0], x[1], x[2], x[3]);
-                g[m] = make_float2(__fmul_rn(bf16_lo(dy), cake_silu_grad(a.x)),
-                                   __fmul_rn(bf16_hi(dy), cake_silu_grad(a.y)));
+                const float2 d = silu_grad_pair(conv_pair<V>(w, x[0], x[1], x[2], x[3]));
+                g[m] = make_float2(__fmul_rn(bf16_lo(dy), d.x), __fmul_rn(bf16_hi(dy), d.y));
             }
         }
         __syncthreads(); /* every dy of block b read: its g may overwrite the stage */

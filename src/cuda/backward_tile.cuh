@@ -8,12 +8,13 @@
  *   A. all of its x rows (t0 - 3 .. t0 + 258) and dy rows (t0 .. t0 + 258) are loaded at once,
  *      16 bytes a thread, while the fragment starts around them are read (into shared memory,
  *      where each row finds its fragment);
- *   B. with SiLU, g of every (row, channel) is computed side by side, once;
+ *   B. with SiLU, g of every (row, channel) is computed once, a thread per pair taking a run of
+ *      rows in order with x in a window of registers (refilled where a fragment starts);
  *   C. the first warp runs the chains, a thread per channel: its four taps' chains
  *      p_k = fma(g(t), x(t - 3 + k), p_k) and dbias's over the rows in order, x from a window in
  *      registers (refilled from the history rows where a fragment starts); the other warps
- *      meanwhile compute dx of every (row, pair) from g (the first rows past a fragment's end
- *      from its future pool, as the walk reads them).
+ *      meanwhile compute dx of every (row, pair) from a window of g, a run of rows a thread (the
+ *      first rows past a fragment's end from its future pool, as the walk reads them).
  * The same operations on the same values in the same order as the walk (docs/NUMERICS.md), so
  * the same bits; the tree then folds the partials as before. */
 #ifndef CAKE_BACKWARD_TILE_CUH
@@ -35,19 +36,43 @@ namespace cake_cuda {
 #ifndef CAKE_CUDA_TILE_CHAIN_UNROLL
 #define CAKE_CUDA_TILE_CHAIN_UNROLL 4
 #endif
+/* 1: B's g and C's dx slide a window along a run of rows, one new row an iteration (the
+ * fragment checks once a fragment's piece); 0: every row reads its four rows and checks each.
+ * B's loop went from 322 to 189 SASS instructions a (row, pair); H100, 1 x [2048, 2048] bias +
+ * SiLU backward, queued: 36.7 us without, 35.9-36.6 with B's alone, 34.6-34.7 with both
+ * (docs/PERFORMANCE.md, twelfth session). */
+#ifndef CAKE_CUDA_TILE_G_WINDOW
+#define CAKE_CUDA_TILE_G_WINDOW 1
+#endif
+#ifndef CAKE_CUDA_TILE_DX_WINDOW
+#define CAKE_CUDA_TILE_DX_WINDOW 1
+#endif
+/* Threads of a tile (warp 0 the chains, the others dx) and the blocks a multiprocessor must
+ * fit (shared memory fits 4 tiles). 256 at 4 blocks (64 registers a thread, 8 bytes spilled):
+ * twice the warps of 128 at 4 (107 registers), 33.6-33.7 us against 34.6-34.7 in the row above;
+ * 256 at 3 blocks 35.3-35.7. */
+#ifndef CAKE_CUDA_TILE_THREADS
+#define CAKE_CUDA_TILE_THREADS 256
+#endif
+#ifndef CAKE_CUDA_TILE_MIN_BLOCKS
+#define CAKE_CUDA_TILE_MIN_BLOCKS 4
+#endif
 constexpr int kTileChainUnroll = CAKE_CUDA_TILE_CHAIN_UNROLL;
 constexpr int kTileChannels = 32;
-constexpr int kTileThreads = 4 * kTileChannels;            /* one per (tap, channel) chain */
-constexpr int kTileMinBlocks = 4;                          /* 128 registers; shared memory: 4 */
+constexpr int kTileThreads = CAKE_CUDA_TILE_THREADS;
+constexpr int kTileMinBlocks = CAKE_CUDA_TILE_MIN_BLOCKS;
+static_assert(kTileThreads % 32 == 0 && kTileThreads >= 64, "a chain warp and dx warps");
 constexpr int kTilePairs = kTileChannels / 2;
 constexpr int kTileRowGroups = kTileThreads / kTilePairs;  /* rows B covers at once */
-constexpr int kTileDxRowGroups = kTileRowGroups - 2;       /* rows C's dx covers (warps 1-3) */
+constexpr int kTileDxRowGroups = kTileRowGroups - 2;       /* rows C's dx covers (warps 1..) */
 constexpr int kTileSegs = kTileChannels / 8;               /* 16-byte segments of a tile row */
 constexpr int kTileLoadRows = kTileThreads / kTileSegs;    /* rows A loads at once */
 constexpr int kTileXRows = kBlockRows + 6;                 /* x rows t0 - 3 .. t0 + 258 */
 constexpr int kTileGRows = kBlockRows + 3;                 /* g rows t0 .. t0 + 258 */
 constexpr int kTileXPasses = (kTileXRows + kTileLoadRows - 1) / kTileLoadRows;
 constexpr int kTileGPasses = (kTileGRows + kTileLoadRows - 1) / kTileLoadRows;
+constexpr int kTileGSpan = (kTileGRows + kTileRowGroups - 1) / kTileRowGroups; /* B's run */
+constexpr int kTileDxSpan = (kBlockRows + kTileDxRowGroups - 1) / kTileDxRowGroups; /* C's */
 
 /* Row i of the tile is row t0 + i (x: t0 - 3 + i). */
 struct TileShared {
@@ -185,7 +210,27 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
     const bool pair_live = cq < C;
     PairWeights w = {};
     if (pair_live) w = load_weights<V>(T, cq);
-    if (V & kSilu) {
+    if ((V & kSilu) && CAKE_CUDA_TILE_G_WINDOW) { /* rows [rg * span, + span) in order */
+        const int rows = a.rows - t0 < kTileGRows ? (int)(a.rows - t0) : kTileGRows;
+        const int last = (rg + 1) * kTileGSpan < rows ? (rg + 1) * kTileGSpan : rows;
+        for (int i = rg * kTileGSpan; i < last && pair_live;) {
+            const int64_t t = t0 + i;
+            uint32_t x0 = tile_x_pair(T, s, f0, i, 0, q, t, cq); /* x(t - 3) .. x(t - 1) */
+            uint32_t x1 = tile_x_pair(T, s, f0, i, 1, q, t, cq);
+            uint32_t x2 = tile_x_pair(T, s, f0, i, 2, q, t, cq);
+            const int e = s.end[i] < last ? s.end[i] : last; /* the fragment's piece */
+            for (; i < e; i++) {
+                const uint32_t x3 = *reinterpret_cast<const uint32_t *>(&s.x[i + 3][2 * q]);
+                float2 &g = *reinterpret_cast<float2 *>(&s.g[i][2 * q]);
+                const float2 d = silu_grad_pair(conv_pair<V>(w, x0, x1, x2, x3));
+                g = make_float2(__fmul_rn(g.x, d.x), __fmul_rn(g.y, d.y));
+                x0 = x1;
+                x1 = x2;
+                x2 = x3;
+            }
+        }
+        __syncthreads();
+    } else if (V & kSilu) { /* rows rg, rg + kTileRowGroups, ... */
         for (int i = rg; i < kTileGRows && t0 + i < a.rows; i += kTileRowGroups) {
             if (!pair_live) break;
             const int64_t t = t0 + i;
@@ -199,7 +244,30 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
         }
         __syncthreads();
     }
-    if (tid >= kTileChannels) { /* C, warps 1-3: dx, a thread per pair, rows rg - 2, ... */
+    if (tid >= kTileChannels && CAKE_CUDA_TILE_DX_WINDOW) { /* C, warps 1..: dx, a thread per
+                                                              pair, rows [(rg - 2) * span, + span) */
+        const int last = (rg - 1) * kTileDxSpan < n ? (rg - 1) * kTileDxSpan : n;
+        for (int i = (rg - 2) * kTileDxSpan; i < last && pair_live;) {
+            const int fe = s.end[i]; /* g(u) for u < fe from the tile, then the future rows */
+            const auto g_at = [&](int u) {
+                return u < fe ? *reinterpret_cast<const float2 *>(&s.g[u][2 * q])
+                              : tile_future_g<V>(a, T, w, f0 + s.f[i], t0 + i, s.off[i], t0 + fe,
+                                                 u - fe, cq);
+            };
+            float2 g0 = g_at(i), g1 = g_at(i + 1), g2 = g_at(i + 2);
+            const int e = fe < last ? fe : last;
+            for (; i < e; i++) {
+                const float2 g3 = g_at(i + 3);
+                *reinterpret_cast<uint32_t *>(T.dx + (t0 + i) * C + cq) =
+                    dx_pair<kHwBf16>(w, g0.x, g0.y, g1.x, g1.y, g2.x, g2.y, g3.x, g3.y);
+                g0 = g1;
+                g1 = g2;
+                g2 = g3;
+            }
+        }
+        return;
+    }
+    if (tid >= kTileChannels) { /* C, warps 1..: dx, a thread per pair, rows rg - 2, ... */
         for (int i = rg - 2; i < n && pair_live; i += kTileDxRowGroups) {
             const int lim = s.end[i] - i; /* taps j < lim read rows of the row's fragment */
             float2 g[4];
