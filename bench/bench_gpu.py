@@ -7,7 +7,8 @@ bias and the dw workspace are not counted). GB/s is also given as a percentage o
 device-to-device copy bandwidth measured in the same run (a 16-byte copy kernel, bytes read +
 written). Times are medians of CUDA-graph replays (one launch sequence per replay), so host
 launch overhead is excluded; rows "xN" time N calls back to back in one graph, per call (the
-pace of a training step's queued kernels, without the replay's own start). Floor rows per
+pace of a training step's queued kernels, without the replay's own start); rows "xN after torch"
+the same with an empty torch kernel before each call, less those kernels alone. Floor rows per
 shape: the same timings of one empty kernel and of device-to-device copies of the bytes each
 direction counts (what no kernel of that size beats).
 
@@ -260,6 +261,24 @@ def floor_rows(fwd_bytes, bwd_bytes, replays, queued):
     return rows
 
 
+def after_other_kernel(p, fwd_bytes, bwd_bytes, replays, queued):
+    """The calls as a training step queues them, between other libraries' kernels: N times an
+    empty torch kernel and then the call, back to back in one graph, less N empty kernels alone
+    (per call). cake's kernels may start before the kernel ahead of them ends; one of another
+    library lets them start only as its blocks end, where one of cake's lets them start at once
+    (src/cuda/dependent_launch.cuh), so this is what a call costs a step, next to the "xN" rows'
+    cake after cake."""
+    empty = time_graph(lambda: torch.cuda._sleep(0), replays, queued)
+    rows = []
+    for d, call, nbytes in (("fwd", p.forward, fwd_bytes), ("bwd", p.backward, bwd_bytes)):
+        def pair():
+            torch.cuda._sleep(0)
+            call("off")
+        rows.append((f"cake coop=off x{queued} after torch", d,
+                     time_graph(pair, replays, queued) - empty, nbytes))
+    return rows
+
+
 def torch_conv(p):
     """Depthwise causal conv1d over the whole packed batch (ignores sequence boundaries, so it
     does less than cake), with the problem's bias and SiLU, on [1, C, S] inputs prepared
@@ -337,6 +356,8 @@ def main():
                                  time_graph(lambda: p.forward(coop), replays, calls), fwd_bytes))
                     rows.append((f"cake coop={coop}{tag}", "bwd",
                                  time_graph(lambda: p.backward(coop), replays, calls), bwd_bytes))
+            if "off" in args.coop.split(","):
+                rows += after_other_kernel(p, fwd_bytes, bwd_bytes, replays, args.queued)
             if not args.no_torch:
                 tf, tb = torch_conv(p)
                 with torch.no_grad():
@@ -356,9 +377,9 @@ def main():
             torch.cuda.empty_cache()
     if args.once:
         return
-    print(f"{'shape':8} {'variant':9} {'impl':28} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
+    print(f"{'shape':8} {'variant':9} {'impl':30} {'dir':4} {'us':>9} {'GB/s':>8} {'%copy':>6}")
     for r in table:
-        print(f"{r['shape']:8} {r['variant']:9} {r['impl']:28} {r['dir']:4} {r['us']:9.1f} "
+        print(f"{r['shape']:8} {r['variant']:9} {r['impl']:30} {r['dir']:4} {r['us']:9.1f} "
               f"{r['GBps']:8.0f} {r['pct_copy']:5.1f}%")
     print(f"device-to-device copy again at the end: {copy_bandwidth(2 << 30) / 1e9:.0f} GB/s")
     print("* timed with events around each call (launch overhead included): autograd could not "

@@ -2,11 +2,14 @@
  * CPU path), their workspace, and the launch form. Link with libcake_cuda.
  *
  * Every call is asynchronous: it returns once the work is enqueued on `stream`, and it never
- * synchronises the host with the device (except where a comment below says so). Row arrays,
- * pools, weights, bias and dbias are device pointers, 16-byte aligned (cudaMalloc gives 256);
- * a caller's workspace is a device pointer aligned to 16 bytes for the plan-level backward and
- * to 256 bytes for the context calls. The pointer arrays themselves (x[i], ...) and the
- * cake_conv_params struct are host memory. */
+ * synchronises the host with the device (except where a comment below says so). Stream order
+ * holds as for any kernel: on devices of compute capability 9.0 and later the kernels are
+ * programmatic dependent launches, which may be placed on the GPU before the kernel ahead of
+ * them ends but touch no memory until it has. Row arrays, pools, weights, bias and dbias are
+ * device pointers, 16-byte aligned (cudaMalloc gives 256); a caller's workspace is a device
+ * pointer aligned to 16 bytes for the plan-level backward and to 256 bytes for the context
+ * calls. The pointer arrays themselves (x[i], ...) and the cake_conv_params struct are host
+ * memory. */
 #ifndef CAKE_CUDA_H
 #define CAKE_CUDA_H
 

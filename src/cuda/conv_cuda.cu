@@ -7,13 +7,15 @@
  * itself); a small call of at most kPanelMaxRows rows is one launch of the panels of
  * backward_panel.cuh, which fold the tree themselves. Cooperative form: one kernel per
  * direction (the split walk), the tree levels separated by grid-wide barriers. Every form computes the same operations in
- * the same order, so the bits agree. */
+ * the same order, so the bits agree. Ordinary launches may start before the kernel ahead of them
+ * ends; every kernel waits for it before touching memory (dependent_launch.cuh). */
 #include "cake_cuda.h"
 
 #include "backward_panel.cuh"
 #include "backward_tile.cuh"
 #include "conv_kernels.cuh"
 #include "cuda_common.h"
+#include "dependent_launch.cuh"
 
 #include <cooperative_groups.h>
 #include <string.h>
@@ -118,6 +120,7 @@ __host__ __device__ constexpr int forward_min_blocks(int V, bool large) {
 template <int V, bool large>
 __global__ void __launch_bounds__(kThreads, forward_min_blocks(V, large))
     forward_kernel(const __grid_constant__ ConvArgs a) {
+    dependent_launch_begin();
     forward_items<V, large>(a);
 }
 
@@ -137,6 +140,7 @@ __host__ __device__ constexpr int split_min_blocks(int V) {
 template <bool kSplit, int V>
 __global__ void __launch_bounds__(kThreads, kSplit ? split_min_blocks(V) : kBackwardMinBlocks)
     backward_kernel(const __grid_constant__ ConvArgs a) {
+    dependent_launch_begin<CAKE_CUDA_DEPENDENT_EARLY_PARTIALS>();
     backward_items<kSplit, V>(a);
 }
 
@@ -144,6 +148,7 @@ __global__ void __launch_bounds__(kThreads, kSplit ? split_min_blocks(V) : kBack
 template <int V>
 __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
     backward_tile_kernel(const __grid_constant__ ConvArgs a) {
+    dependent_launch_begin<CAKE_CUDA_DEPENDENT_EARLY_PARTIALS>();
     extern __shared__ __align__(16) unsigned char tile_shared[];
     int64_t local = blockIdx.x;
     int i = 0;
@@ -159,6 +164,7 @@ __global__ void __launch_bounds__(kTileThreads, kTileMinBlocks)
 template <int V>
 __global__ void __launch_bounds__(kPanelThreads, panel_min_blocks(V))
     backward_panel_kernel(const __grid_constant__ ConvArgs a, const __grid_constant__ PanelMaps m) {
+    dependent_launch_begin();
     extern __shared__ __align__(128) unsigned char panel_shared[];
     int64_t local = blockIdx.x;
     int i = 0;
@@ -170,6 +176,7 @@ __global__ void __launch_bounds__(kPanelThreads, panel_min_blocks(V))
 template <int V>
 __global__ void __launch_bounds__(kThreads) tree_kernel(const __grid_constant__ ConvArgs a,
                                                         const TreePass pass) {
+    dependent_launch_begin();
     tree_items<V>(a, pass);
 }
 
@@ -178,6 +185,7 @@ template <int V>
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks)
     backward_cooperative_kernel(const __grid_constant__ ConvArgs a,
                                 const __grid_constant__ TreePlan tree) {
+    dependent_launch_begin();
     backward_items<true, V>(a);
     for (int p = 0; p < tree.num_passes; p++) {
         cg::this_grid().sync(); /* the level below is complete */
@@ -215,11 +223,23 @@ int variant_of(const cake_conv_params *p) {
     return (p->bias ? kBias : 0) | (p->activation == CAKE_ACTIVATION_SILU ? kSilu : 0);
 }
 
-/* An ordinary launch of `kernel` with `args` (pointers to its parameters). */
-cake_status launch(const void *kernel, int64_t blocks, void **args, cudaStream_t stream,
-                   const char *what, int threads = kThreads, size_t shared = 0) {
-    const cudaError_t err = cudaLaunchKernel(kernel, dim3((unsigned)blocks), dim3(threads), args,
-                                             shared, stream);
+/* An ordinary launch of `kernel` with `args` (pointers to its parameters); where the device
+ * allows, one that may start before the kernel ahead of it in the stream ends
+ * (dependent_launch.cuh: every kernel waits for that one first). */
+cake_status launch(const cake_cuda_launch_facts &facts, const void *kernel, int64_t blocks,
+                   void **args, cudaStream_t stream, const char *what, int threads = kThreads,
+                   size_t shared = 0) {
+    cudaLaunchAttribute early = {};
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)blocks);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = shared;
+    config.stream = stream;
+    config.attrs = &early;
+    config.numAttrs = facts.dependent_launch ? 1 : 0;
+    const cudaError_t err = cudaLaunchKernelExC(&config, kernel, args);
     if (err != cudaSuccess) return cake_fail(CAKE_ERROR_CUDA, "%s launch: %s", what, cudaGetErrorString(err));
     return CAKE_SUCCESS;
 }
@@ -441,8 +461,11 @@ void fill_args(ConvArgs &a, const cake_cuda_plan *plan, const cake_call_args &ca
 } // namespace
 
 extern "C" cake_status cake_cuda_launch_facts_query(cake_cuda_launch_facts *f) {
-    int device, sms, per_sm;
+    int device, sms, per_sm, major;
     CAKE_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+    CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                    "cudaDeviceGetAttribute");
+    f->dependent_launch = CAKE_CUDA_DEPENDENT_LAUNCH && major >= 9;
     CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                     "cudaDeviceGetAttribute");
     CAKE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device),
@@ -610,7 +633,7 @@ extern "C" cake_status cake_cuda_forward(const cake_cuda_plan *plan, int num_ten
             int64_t blocks;
             CAKE_CHECK(launch_ordinary_grid(a.total_work, &blocks));
             if (blocks > resident) blocks = resident;
-            CAKE_CHECK(launch(kernel, blocks, launch_args, stream, "forward kernel"));
+            CAKE_CHECK(launch(facts, kernel, blocks, launch_args, stream, "forward kernel"));
         }
     }
     return CAKE_SUCCESS;
@@ -660,6 +683,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
     }
     const int V = variant_of(p);
     const Kernels &kernels = kKernels[V];
+    const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
     const int coop = pick_cooperative(cooperative);
     const TreePlan tree = tree_of_rows(rows);
     cake_status status = CAKE_SUCCESS;
@@ -688,7 +712,6 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
         }
         counters += chunk_counters;
         if (coop) {
-            const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
             int64_t resident = 0;
             status = max_resident_grid(facts, facts.cooperative_backward_blocks_per_sm[V], &resident);
             void *launch_args[] = {&a, (void *)&tree};
@@ -708,7 +731,6 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             PanelMaps maps;
             memset(&maps, 0, sizeof maps);
 #if CAKE_CUDA_PANEL_TMA
-            const cake_cuda_launch_facts &facts = *cake_cuda_plan_launch_facts(plan);
             for (int i = 0; i < count && panel_tma(V) && status == CAKE_SUCCESS; i++) {
                 status = encode_panel_map(facts, &maps.x[i], a.t[i].x, rows, a.t[i].channels,
                                           panel_channels(V));
@@ -722,7 +744,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             status = panels > 0x7fffffff
                          ? cake_fail(CAKE_ERROR_UNSUPPORTED,
                                      "launch: %lld backward panels exceed the grid limit", (long long)panels)
-                         : launch(kernels.backward_panel, panels, panel_args, stream,
+                         : launch(facts, kernels.backward_panel, panels, panel_args, stream,
                                   "backward panel kernel", kPanelThreads, panel_shared_bytes(V));
             continue;
         }
@@ -733,13 +755,13 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             status = tiles > 0x7fffffff
                          ? cake_fail(CAKE_ERROR_UNSUPPORTED,
                                      "launch: %lld backward tiles exceed the grid limit", (long long)tiles)
-                         : launch(kernels.backward_tile, tiles, tile_args, stream,
+                         : launch(facts, kernels.backward_tile, tiles, tile_args, stream,
                                   "backward tile kernel", kTileThreads, kTileSharedBytes);
         } else {
             status = launch_ordinary_grid(a.total_work + a.dx_work, &blocks);
             void *launch_args[] = {&a};
             if (status == CAKE_SUCCESS)
-                status = launch(a.split ? kernels.backward_split : kernels.backward_fused, blocks,
+                status = launch(facts, a.split ? kernels.backward_split : kernels.backward_fused, blocks,
                                 launch_args, stream, "backward kernel", kThreads,
                                 a.split ? 0 : backward_fused_shared_bytes(V));
         }
@@ -751,7 +773,7 @@ extern "C" cake_status cake_cuda_backward(const cake_cuda_plan *plan, int num_te
             void *tree_args[] = {&a, &tree_pass};
             status = launch_ordinary_grid(items, &blocks);
             if (status == CAKE_SUCCESS)
-                status = launch(kernels.tree, blocks, tree_args, stream, "dw tree kernel");
+                status = launch(facts, kernels.tree, blocks, tree_args, stream, "dw tree kernel");
         }
     }
     if (owned) {

@@ -30,6 +30,7 @@ typedef struct cake_cuda_launch_facts {
     int64_t forward_blocks_per_sm[CAKE_CUDA_VARIANTS][2]; /* [variant][large calls' form] */
     int64_t cooperative_backward_blocks_per_sm[CAKE_CUDA_VARIANTS];
     void *tensor_map_encode; /* the driver's cuTensorMapEncodeTiled (CAKE_CUDA_PANEL_TMA), else NULL */
+    int dependent_launch;    /* ordinary launches may start early (dependent_launch.cuh) */
 } cake_cuda_launch_facts;
 
 #ifdef __cplusplus

@@ -16,6 +16,7 @@ enum {
     CT_STREAM_NAN,
     CT_STREAM_BAD,
     CT_STREAM_SMALL,
+    CT_STREAM_ORDERING,
 };
 
 /* The stream most tests launch on (a created one; some calls use the default stream). */
@@ -44,6 +45,9 @@ void test_nan_several_operands(void **state);
 /* cuda_bad_input.c */
 void test_bad_input(void **state);
 void test_bad_input_empty_rank(void **state);
+
+/* cuda_ordering.c: the kernels around a call (early starts of dependent launches) */
+void test_ordering(void **state);
 
 /* cuda_small.c: the sanitizer run (test_cuda_conv --small) */
 void test_small_cases(void **state);

@@ -1,8 +1,8 @@
 /* GPU equals CPU, bitwise, for y, dx, dw and dbias in every variant (no bias / bias x no
  * activation / SiLU): random packed batches, partitions and channel counts on every rank, every
  * launch form (cooperative OFF, ON, AUTO), library and caller workspace; multi equals single
- * calls; calls of more than 8 tensors (split by the launcher); run to run; and GPU against the
- * independent reference of tests/reference.h.
+ * calls; calls of more than 8 tensors (split by the launcher); run to run; GPU against the
+ * independent reference of tests/reference.h; and the ordering with the kernels around a call.
  *
  * Usage: test_cuda_conv            all tests (exit 77 when there is no GPU)
  *        test_cuda_conv --small    one small case of each kind, for compute-sanitizer
@@ -351,6 +351,7 @@ int main(int argc, char **argv) {
             cmocka_unit_test(test_against_reference),
             cmocka_unit_test(test_auto_large),
             cmocka_unit_test(test_silu_large_forward),
+            cmocka_unit_test(test_ordering),
         };
         failed = cmocka_run_group_tests_name("cuda_conv", tests, NULL, NULL);
     }
