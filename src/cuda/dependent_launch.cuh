@@ -17,9 +17,9 @@
 #define CAKE_CUDA_DEPENDENT_LAUNCH_CUH
 
 /* 1: launches with the attribute and kernels that wait; 0: ordinary launches (a measurement
- * variant). H100, 1 x [2048, 2048] forward, queued: plain 7.0-7.2 us against 7.5-8.2, bias + SiLU
- * 9.9-10.3 against 10.5-10.8; the large shapes within their spread (docs/PERFORMANCE.md,
- * thirteenth session). */
+ * variant). H100, 1 x [2048, 2048] forward, queued: plain 7.0-7.1 us against 7.5-8.2, bias + SiLU
+ * 9.9-10.0 against 10.5-10.8; the large shapes within 1 % (docs/PERFORMANCE.md, thirteenth
+ * session). */
 #ifndef CAKE_CUDA_DEPENDENT_LAUNCH
 #define CAKE_CUDA_DEPENDENT_LAUNCH 1
 #endif
@@ -32,8 +32,8 @@
 
 /* 0: the kernels that leave block partials to the tree's launch (the walks, the tiles) let it
  * start only as their blocks end; 1: at once, like the others. H100, 1 x [2048, 2048] bias +
- * SiLU backward (the tiles, then the tree), queued: 32.2-32.5 us with 0, 34.3-34.4 with 1, 33.4-34.1
- * with ordinary launches (docs/PERFORMANCE.md, thirteenth session). */
+ * SiLU backward (the tiles, then the tree), queued: 32.2-32.5 us with 0, 34.1-34.8 with 1,
+ * 33.3-34.1 with ordinary launches (docs/PERFORMANCE.md, thirteenth session). */
 #ifndef CAKE_CUDA_DEPENDENT_EARLY_PARTIALS
 #define CAKE_CUDA_DEPENDENT_EARLY_PARTIALS 0
 #endif
