@@ -287,10 +287,8 @@ void cc_gpu_run(cc_rank *rk, const cc_launch *l) {
         if (rk->with_bias)
             CU_CHECK(cudaMemsetAsync(rk->d_dbias[i], l->poison, (size_t)rk->C[i] * 4, l->stream));
     }
-    /* The forward gets the bias alone, the backward bias and dbias (dbias is backward-only). */
-    const cake_conv_params fwd = {rk->activation, rk->with_bias ? CC_INF(rk->d_bias + a) : NULL,
-                                  NULL};
-    const cake_conv_params bwd = {rk->activation, fwd.bias, rk->with_bias ? rk->d_dbias + a : NULL};
+    cake_conv_params fwd, bwd;
+    cc_call_params(rk, a, &fwd, &bwd);
     size_t ws_bytes = 0;
     void *ws = NULL;
     if (l->ws == CC_WS_EXACT) {
@@ -318,7 +316,20 @@ void cc_gpu_run(cc_rank *rk, const cc_launch *l) {
     snprintf(what, sizeof what, "rank %d, %s", rk->rank, desc);
     cu_sync(l->stream, what);
     cu_free(ws);
-    for (int i = a; i < a + n; i++) {
+    cc_download_results(rk, a, n);
+}
+
+void cc_call_params(const cc_rank *rk, int first, cake_conv_params *fwd, cake_conv_params *bwd) {
+    /* The forward gets the bias alone, the backward bias and dbias (dbias is backward-only). */
+    const cake_conv_params f = {rk->activation, rk->with_bias ? CC_INF(rk->d_bias + first) : NULL,
+                                NULL};
+    const cake_conv_params b = {rk->activation, f.bias, rk->with_bias ? rk->d_dbias + first : NULL};
+    *fwd = f;
+    *bwd = b;
+}
+
+void cc_download_results(cc_rank *rk, int first, int count) {
+    for (int i = first; i < first + count; i++) {
         if (rk->S > 0) {
             cu_download(rk->g_y[i], rk->d_y[i], rows_bytes(rk->S, rk->C[i]));
             cu_download(rk->g_dx[i], rk->d_dx[i], rows_bytes(rk->S, rk->C[i]));

@@ -94,6 +94,12 @@ void cc_launch_describe(const cc_launch *l, char *buf, size_t size);
 
 /* Poison outputs, run forward and backward, wait, download into g_y, g_dx, g_dw, g_dbias. */
 void cc_gpu_run(cc_rank *rk, const cc_launch *l);
+/* The params of a call on tensors from `first`: the forward's (activation, bias) and the
+ * backward's (activation, bias, dbias), over the rank's device arrays. */
+void cc_call_params(const cc_rank *rk, int first, cake_conv_params *fwd, cake_conv_params *bwd);
+/* The device's y, dx, dw (and dbias) of tensors [first, first + count) into g_y, g_dx, g_dw,
+ * g_dbias (after the stream was waited for). */
+void cc_download_results(cc_rank *rk, int first, int count);
 /* Bitwise comparisons as tu_diff_bf16 / tu_diff_f32. The first CC_MAX_PRINTED differing arrays
  * of the program are reported (first differing element, counts); later ones are only counted,
  * so a systematic fault cannot bury the output. Return 1 when the arrays differ. */

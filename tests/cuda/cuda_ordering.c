@@ -41,9 +41,8 @@ static int ordering_case(tu_rng *r, const char *label, int64_t T, int64_t C, int
     rk.d_dy[0] = cu_upload(decoy, bytes);
     void *seen_y = cu_alloc(bytes), *seen_dx = cu_alloc(bytes);
 
-    const cake_conv_params fwd = {rk.activation, rk.with_bias ? (const float *const *)rk.d_bias : NULL,
-                                  NULL};
-    const cake_conv_params bwd = {rk.activation, fwd.bias, rk.with_bias ? rk.d_dbias : NULL};
+    cake_conv_params fwd, bwd;
+    cc_call_params(&rk, 0, &fwd, &bwd);
     size_t ws_bytes = 0; /* a caller workspace: no allocation between the helper and the call */
     TU_OK(cake_cuda_backward_workspace_size(rk.dplan, 1, rk.C, &bwd, &ws_bytes));
     void *ws = cu_alloc(ws_bytes);
@@ -63,10 +62,7 @@ static int ordering_case(tu_rng *r, const char *label, int64_t T, int64_t C, int
                              rk.d_dx, rk.d_dw, CAKE_COOPERATIVE_OFF, ws, ws_bytes, ct_stream));
     cu_sync(ct_stream, label);
 
-    cu_download(rk.g_y[0], rk.d_y[0], bytes);
-    cu_download(rk.g_dx[0], rk.d_dx[0], bytes);
-    cu_download(rk.g_dw[0], rk.d_dw[0], (size_t)C * 16);
-    if (rk.with_bias) cu_download(rk.g_dbias[0], rk.d_dbias[0], (size_t)C * 4);
+    cc_download_results(&rk, 0, 1);
     int bad = cc_compare_truth(label, &rk, 0, 1);
     cu_download(decoy, seen_y, bytes);
     bad += cu_count_not_poison("y before the forward, read by the kernel ahead of it", decoy, bytes,
