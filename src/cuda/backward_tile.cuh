@@ -209,7 +209,9 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
     const bool pair_live = cq < C;
     PairWeights w = {};
     if (pair_live) w = load_weights<V>(T, cq);
-#else /* tile_fragment_starts by every thread, f0 and nf kept in registers */
+#else
+    /* Every fragment a row of the tile is in is one of f0 .. f0 + kTileGRows - 1 (fragments
+     * are never empty): their starts into shared memory, where each row then finds its own. */
     const int64_t f0 = fragment_of(a, t0);
     const int nf = a.num_fragments - f0 < kTileGRows ? (int)(a.num_fragments - f0) : kTileGRows;
     for (int j = tid; j <= nf; j += kTileThreads) s.starts[j] = __ldg(a.frag_start + f0 + j);
