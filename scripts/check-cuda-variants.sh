@@ -12,7 +12,6 @@ if [ -z "$nvcc" ]; then
 fi
 variants=(
   "panel-cp-async -DCAKE_CUDA_PANEL_TMA=0"
-  "early-lookups -DCAKE_CUDA_TILE_EARLY_LOOKUPS=1"
 )
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -57,15 +57,6 @@ namespace cake_cuda {
 #ifndef CAKE_CUDA_TILE_MIN_BLOCKS
 #define CAKE_CUDA_TILE_MIN_BLOCKS 4
 #endif
-/* 1: the tile's dependent lookups (its first fragment by a search of frag_start, then the starts
- * of its fragments) are made by its last warp before that warp's loads, and the weights are
- * loaded right after the loads, so that neither waits behind the tile's 16-byte loads and then
- * again after the barriers (ncu on the H100: the tiles' prologue, loads and lookups, about a
- * third of their time; docs/PERFORMANCE.md, fourteenth session); 0: the lookups after the
- * loads, the weights after the lookups. */
-#ifndef CAKE_CUDA_TILE_EARLY_LOOKUPS
-#define CAKE_CUDA_TILE_EARLY_LOOKUPS 0
-#endif
 constexpr int kTileChainUnroll = CAKE_CUDA_TILE_CHAIN_UNROLL;
 constexpr int kTileChannels = 32;
 constexpr int kTileThreads = CAKE_CUDA_TILE_THREADS;
@@ -88,10 +79,8 @@ struct TileShared {
     float g[kTileGRows][kTileChannels];    /* dy, then (SiLU) g = dy * silu'(a) */
     uint16_t x[kTileXRows][kTileChannels];
     int64_t starts[kTileGRows + 1];        /* frag_start[f0 ..]: f0 the fragment of row t0 */
-#if CAKE_CUDA_TILE_EARLY_LOOKUPS
     int64_t f0;                            /* and f0 .. f0 + nf the tile's fragments */
     int32_t nf;
-#endif
     int32_t f[kTileGRows];                 /* the row's fragment - f0 */
     int32_t end[kTileGRows];               /* its end - t0, capped at kTileXRows */
     int32_t off[kTileGRows];               /* the row - its fragment's start, capped at 3 */
@@ -154,7 +143,6 @@ __device__ __forceinline__ float2 tile_future_g(const ConvArgs &a, const TensorA
 /* The starts of the fragments of the tile at t0 into s.starts (where each row then finds its
  * own), and s.f0, s.nf, by `count` threads (the calling one the `lane`-th). Every fragment a row
  * of the tile is in is one of f0 .. f0 + kTileGRows - 1 (fragments are never empty). */
-#if CAKE_CUDA_TILE_EARLY_LOOKUPS
 __device__ __forceinline__ void tile_fragment_starts(const ConvArgs &a, int64_t t0, TileShared &s,
                                                      int lane, int count) {
     const int64_t f0 = fragment_of(a, t0);
@@ -165,7 +153,6 @@ __device__ __forceinline__ void tile_fragment_starts(const ConvArgs &a, int64_t 
         s.nf = nf;
     }
 }
-#endif
 
 /* dx of rows [t0, t0 + 256) of dw block b and its partials (dw taps; dbias with a bias) for
  * channels [c0, c0 + kTileChannels) of T, by the kTileThreads threads of the calling block. */
@@ -177,12 +164,14 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
     const int64_t t0 = b * kBlockRows;
     const int n = a.rows - t0 < kBlockRows ? (int)(a.rows - t0) : kBlockRows;
 
-#if CAKE_CUDA_TILE_EARLY_LOOKUPS
+    /* The dependent lookups (a search of frag_start, then the starts) by the last warp before
+     * its loads, and the weights right after the loads: neither then waits behind the tile's
+     * 16-byte loads and again after the barriers (ncu on the H100: the prologue was about a third
+     * of the tiles' time; 32.5-32.7 us against 31.9-32.1 at 1 x [2048, 2048] bias + SiLU,
+     * docs/PERFORMANCE.md, fourteenth session). */
     constexpr int kLookupLane0 = kTileThreads - 32; /* the last warp */
     if (tid >= kLookupLane0) tile_fragment_starts(a, t0, s, tid - kLookupLane0, 32);
-#endif
-    /* A: the loads first (but for the early lookups just above), so the lookups below wait
-     * alongside them. */
+    /* A: the loads, 16 bytes a thread. */
     const int seg = tid % kTileSegs, lr = tid / kTileSegs;
     const int64_t cs = c0 + 8 * seg;
     const bool seg_live = cs < C; /* C is a multiple of 8 */
@@ -203,19 +192,11 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
         if (seg_live && i < kTileGRows && t < a.rows)
             dv[m] = __ldg(reinterpret_cast<const uint4 *>(T.dy + t * C + cs));
     }
-#if CAKE_CUDA_TILE_EARLY_LOOKUPS
     const int q = tid % kTilePairs, rg = tid / kTilePairs; /* B's thread: pair q, rows rg .. */
     const int64_t cq = c0 + 2 * q;
     const bool pair_live = cq < C;
     PairWeights w = {};
     if (pair_live) w = load_weights<V>(T, cq);
-#else
-    /* Every fragment a row of the tile is in is one of f0 .. f0 + kTileGRows - 1 (fragments
-     * are never empty): their starts into shared memory, where each row then finds its own. */
-    const int64_t f0 = fragment_of(a, t0);
-    const int nf = a.num_fragments - f0 < kTileGRows ? (int)(a.num_fragments - f0) : kTileGRows;
-    for (int j = tid; j <= nf; j += kTileThreads) s.starts[j] = __ldg(a.frag_start + f0 + j);
-#endif
 #pragma unroll
     for (int m = 0; m < kTileXPasses; m++) {
         const int i = lr + m * kTileLoadRows;
@@ -232,10 +213,8 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
         }
     }
     __syncthreads();
-#if CAKE_CUDA_TILE_EARLY_LOOKUPS
     const int64_t f0 = s.f0;
     const int nf = s.nf;
-#endif
     for (int i = tid; i < kTileGRows && t0 + i < a.rows; i += kTileThreads) {
         const int64_t t = t0 + i;
         int lo = 0, hi = nf; /* the last j with starts[j] <= t */
@@ -251,13 +230,6 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
     __syncthreads();
 
     /* B: a thread per pair q, rows rg, rg + 8, ... */
-#if !CAKE_CUDA_TILE_EARLY_LOOKUPS
-    const int q = tid % kTilePairs, rg = tid / kTilePairs;
-    const int64_t cq = c0 + 2 * q;
-    const bool pair_live = cq < C;
-    PairWeights w = {};
-    if (pair_live) w = load_weights<V>(T, cq);
-#endif
     if ((V & kSilu) && CAKE_CUDA_TILE_G_WINDOW) { /* rows [rg * span, + span) in order */
         const int rows = a.rows - t0 < kTileGRows ? (int)(a.rows - t0) : kTileGRows;
         const int last = (rg + 1) * kTileGSpan < rows ? (rg + 1) * kTileGSpan : rows;
