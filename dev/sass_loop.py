@@ -83,8 +83,8 @@ def main():
             loops.append((len(body), f"{m.group(1)}-{a:x}", rcp, body))
         for length, where, rcp, body in sorted(loops):  # the shortest: the walk's step
             mix = collections.Counter(opcode(x) for x in body).most_common(14)
-            print(f"  loop {where}: {length} instructions, {rcp} MUFU.RCP, "
-                  f"{length / rcp:.1f} a reciprocal")
+            per = f", {length / rcp:.1f} a reciprocal" if rcp else ""
+            print(f"  loop {where}: {length} instructions, {rcp} MUFU.RCP{per}")
             print("    " + ", ".join(f"{k} {v}" for k, v in mix))
 
 

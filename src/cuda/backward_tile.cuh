@@ -9,7 +9,8 @@
  *      16 bytes a thread, while the fragment starts around them are read (into shared memory,
  *      where each row finds its fragment);
  *   B. with SiLU, g of every (row, channel) is computed once, a thread per pair taking a run of
- *      rows in order with x in a window of registers (refilled where a fragment starts);
+ *      rows in order, CAKE_CUDA_TILE_G_ROWS rows a step, with x in a window of registers
+ *      (refilled where a fragment starts);
  *   C. the first warp runs the chains, a thread per channel: its four taps' chains
  *      p_k = fma(g(t), x(t - 3 + k), p_k) and dbias's over the rows in order, x from a window in
  *      registers (refilled from the history rows where a fragment starts); the other warps
@@ -44,6 +45,14 @@ namespace cake_cuda {
 #ifndef CAKE_CUDA_TILE_G_WINDOW
 #define CAKE_CUDA_TILE_G_WINDOW 1
 #endif
+/* Rows a step of B's window (the rest of a fragment's piece a row a step): one range check for
+ * their 2 * rows silu' sequences, which then run side by side. A tile has only about 6 warps a
+ * scheduler, and the longer independent work hides more of each sequence's latency: H200, 1 x
+ * [2048, 2048] bias + SiLU backward, queued, 2 rows 30.2-30.3 us against 31.7 for 1
+ * (docs/PERFORMANCE.md, fifteenth session). */
+#ifndef CAKE_CUDA_TILE_G_ROWS
+#define CAKE_CUDA_TILE_G_ROWS 2
+#endif
 #ifndef CAKE_CUDA_TILE_DX_WINDOW
 #define CAKE_CUDA_TILE_DX_WINDOW 1
 #endif
@@ -58,6 +67,7 @@ namespace cake_cuda {
 #define CAKE_CUDA_TILE_MIN_BLOCKS 4
 #endif
 constexpr int kTileChainUnroll = CAKE_CUDA_TILE_CHAIN_UNROLL;
+constexpr int kTileGRowsStep = CAKE_CUDA_TILE_G_ROWS;
 constexpr int kTileChannels = 32;
 constexpr int kTileThreads = CAKE_CUDA_TILE_THREADS;
 constexpr int kTileMinBlocks = CAKE_CUDA_TILE_MIN_BLOCKS;
@@ -239,6 +249,25 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
             uint32_t x1 = tile_x_pair(T, s, f0, i, 1, q, t, cq);
             uint32_t x2 = tile_x_pair(T, s, f0, i, 2, q, t, cq);
             const int e = s.end[i] < last ? s.end[i] : last; /* the fragment's piece */
+            for (; i + kTileGRowsStep - 1 < e; i += kTileGRowsStep) {
+                /* kTileGRowsStep rows a step: x(t - 3) .. x(t + step - 1) */
+                uint32_t x[kTileGRowsStep + 3] = {x0, x1, x2};
+                float2 a[kTileGRowsStep], d[kTileGRowsStep];
+#pragma unroll
+                for (int r = 0; r < kTileGRowsStep; r++) {
+                    x[r + 3] = *reinterpret_cast<const uint32_t *>(&s.x[i + r + 3][2 * q]);
+                    a[r] = conv_pair<V>(w, x[r], x[r + 1], x[r + 2], x[r + 3]);
+                }
+                silu_grad_pairs<kTileGRowsStep>(a, d);
+#pragma unroll
+                for (int r = 0; r < kTileGRowsStep; r++) {
+                    float2 &g = *reinterpret_cast<float2 *>(&s.g[i + r][2 * q]);
+                    g = make_float2(__fmul_rn(g.x, d[r].x), __fmul_rn(g.y, d[r].y));
+                }
+                x0 = x[kTileGRowsStep];
+                x1 = x[kTileGRowsStep + 1];
+                x2 = x[kTileGRowsStep + 2];
+            }
             for (; i < e; i++) {
                 const uint32_t x3 = *reinterpret_cast<const uint32_t *>(&s.x[i + 3][2 * q]);
                 float2 &g = *reinterpret_cast<float2 *>(&s.g[i][2 * q]);

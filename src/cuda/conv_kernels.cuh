@@ -490,6 +490,24 @@ __device__ __forceinline__ float2 silu_grad_pair(float2 a) {
     return make_float2(silu_grad_full(a.x), silu_grad_full(a.y));
 }
 
+/* silu_grad_pair of N pairs (the same bits): one range check for all of them, so that their
+ * sequences run side by side; outside the range (rare), silu_grad_full for each. */
+template <int N>
+__device__ __forceinline__ void silu_grad_pairs(const float2 (&a)[N], float2 (&d)[N]) {
+    bool in = CAKE_CUDA_SILU_GRAD_UNSCALED;
+#pragma unroll
+    for (int n = 0; n < N; n++)
+        in = in && fabsf(a[n].x) <= CAKE_ACT_UNSCALED_MAX && fabsf(a[n].y) <= CAKE_ACT_UNSCALED_MAX;
+    if (in) {
+#pragma unroll
+        for (int n = 0; n < N; n++)
+            d[n] = make_float2(cake_silu_grad_unscaled(a[n].x), cake_silu_grad_unscaled(a[n].y));
+    } else {
+#pragma unroll
+        for (int n = 0; n < N; n++) d[n] = make_float2(silu_grad_full(a[n].x), silu_grad_full(a[n].y));
+    }
+}
+
 /* f, through an instruction the compiler cannot see into: a value it must compute again from. */
 __device__ __forceinline__ float opaque_f32(float f) {
     float r;
