@@ -12,6 +12,7 @@ if [ -z "$nvcc" ]; then
 fi
 variants=(
   "panel-cp-async -DCAKE_CUDA_PANEL_TMA=0"
+  "silu-walk-group4 -DCAKE_CUDA_BACKWARD_SILU_GROUP=4"
 )
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -60,6 +60,11 @@ constexpr int kForwardStepRows = CAKE_CUDA_FORWARD_STEP_ROWS;
 #ifndef CAKE_CUDA_BACKWARD_SILU_STAGES
 #define CAKE_CUDA_BACKWARD_SILU_STAGES 1
 #endif
+/* Rows of the SiLU walk's step whose silu' share one range check and run side by side (the
+ * tiles' CAKE_CUDA_TILE_G_ROWS; 1: a check a row). Untimed (a variant, dev/variants.txt). */
+#ifndef CAKE_CUDA_BACKWARD_SILU_GROUP
+#define CAKE_CUDA_BACKWARD_SILU_GROUP 1
+#endif
 #ifndef CAKE_CUDA_BACKWARD_MIN_BLOCKS
 #define CAKE_CUDA_BACKWARD_MIN_BLOCKS 2
 #endif
@@ -862,12 +867,19 @@ struct BackwardSiluOp {
     __device__ __forceinline__ void row(uint16_t *dx_row, const Vec<L> &xn, const Vec<L> &dn,
                                         bool valid) {
         constexpr int K = kLookahead;
+        float2 g[L];
+#pragma unroll
+        for (int l = 0; l < L; l++) /* a of row t + K from x(t+K-3) .. x(t+K) = xw[K] .. xw[K+2], xn */
+            g[l] = g_pair(l, dn.p[l], xw[K].p[l], xw[K + 1].p[l], xw[K + 2].p[l], xn.p[l], valid);
+        row_g(dx_row, xn, g);
+    }
+    /* row(), given g of row t + K */
+    __device__ __forceinline__ void row_g(uint16_t *dx_row, const Vec<L> &xn, const float2 (&g)[L]) {
+        constexpr int K = kLookahead;
         Vec<L> dx;
 #pragma unroll
         for (int l = 0; l < L; l++) {
-            /* a of row t + K from x(t+K-3) .. x(t+K) = xw[K] .. xw[K+2], xn */
-            const float2 gn = g_pair(l, dn.p[l], xw[K].p[l], xw[K + 1].p[l], xw[K + 2].p[l],
-                                     xn.p[l], valid);
+            const float2 gn = g[l];
             const float gte = K ? ge[0][l] : gn.x, gto = K ? go[0][l] : gn.y;
             if (kDx)
                 dx.p[l] = dx_pair<kHwBf16>(w.w[l], ge[0][l], go[0][l], ge[1][l], go[1][l],
@@ -898,9 +910,42 @@ struct BackwardSiluOp {
         }
     }
     __device__ __forceinline__ void step(const TensorArgs &T, const Stage &s, int64_t t, int64_t c) {
+        constexpr int K = kLookahead, G = CAKE_CUDA_BACKWARD_SILU_GROUP;
+        static_assert(kStepRows % G == 0, "groups of whole steps");
         uint16_t *dx = kDx ? T.dx + t * T.channels + c : nullptr;
+        if constexpr (G == 1) {
 #pragma unroll
-        for (int r = 0; r < kStepRows; r++, dx += kDx ? T.channels : 0) row(dx, s.x[r], s.d[r], true);
+            for (int r = 0; r < kStepRows; r++, dx += kDx ? T.channels : 0) row(dx, s.x[r], s.d[r], true);
+        } else {
+#pragma unroll
+            for (int r0 = 0; r0 < kStepRows; r0 += G) {
+                /* a of rows t + K + r0 .. + G - 1: x(t + K + r0 + m) is xw[K + 3 + m] for m < 0 */
+                float2 a[G * L], d[G * L];
+#pragma unroll
+                for (int r = 0; r < G; r++) {
+#pragma unroll
+                    for (int l = 0; l < L; l++) {
+                        uint32_t xa[4];
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            const int m = r - 3 + j;
+                            xa[j] = m < 0 ? xw[K + 3 + m].p[l] : s.x[r0 + m].p[l];
+                        }
+                        a[r * L + l] = conv_pair<V>(w.w[l], xa[0], xa[1], xa[2], xa[3]);
+                    }
+                }
+                silu_grad_pairs<G * L>(a, d);
+#pragma unroll
+                for (int r = 0; r < G; r++, dx += kDx ? T.channels : 0) {
+                    float2 g[L];
+#pragma unroll
+                    for (int l = 0; l < L; l++)
+                        g[l] = make_float2(__fmul_rn(bf16_lo(s.d[r0 + r].p[l]), d[r * L + l].x),
+                                           __fmul_rn(bf16_hi(s.d[r0 + r].p[l]), d[r * L + l].y));
+                    row_g(dx, s.x[r0 + r], g);
+                }
+            }
+        }
     }
     __device__ __forceinline__ void slow_row(const TensorArgs &T, const Cursor &cur, int64_t t, int64_t c) {
         const int64_t r = t + kLookahead;
