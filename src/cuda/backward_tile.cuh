@@ -252,17 +252,17 @@ __device__ void backward_tile(const ConvArgs &a, const TensorArgs &T, int64_t b,
             for (; i + kTileGRowsStep - 1 < e; i += kTileGRowsStep) {
                 /* kTileGRowsStep rows a step: x(t - 3) .. x(t + step - 1) */
                 uint32_t x[kTileGRowsStep + 3] = {x0, x1, x2};
-                float2 a[kTileGRowsStep], d[kTileGRowsStep];
+                float2 av[kTileGRowsStep], dsilu[kTileGRowsStep];
 #pragma unroll
                 for (int r = 0; r < kTileGRowsStep; r++) {
                     x[r + 3] = *reinterpret_cast<const uint32_t *>(&s.x[i + r + 3][2 * q]);
-                    a[r] = conv_pair<V>(w, x[r], x[r + 1], x[r + 2], x[r + 3]);
+                    av[r] = conv_pair<V>(w, x[r], x[r + 1], x[r + 2], x[r + 3]);
                 }
-                silu_grad_pairs<kTileGRowsStep>(a, d);
+                silu_grad_pairs<kTileGRowsStep>(av, dsilu);
 #pragma unroll
                 for (int r = 0; r < kTileGRowsStep; r++) {
                     float2 &g = *reinterpret_cast<float2 *>(&s.g[i + r][2 * q]);
-                    g = make_float2(__fmul_rn(g.x, d[r].x), __fmul_rn(g.y, d[r].y));
+                    g = make_float2(__fmul_rn(g.x, dsilu[r].x), __fmul_rn(g.y, dsilu[r].y));
                 }
                 x0 = x[kTileGRowsStep];
                 x1 = x[kTileGRowsStep + 1];

@@ -920,7 +920,7 @@ struct BackwardSiluOp {
 #pragma unroll
             for (int r0 = 0; r0 < kStepRows; r0 += G) {
                 /* a of rows t + K + r0 .. + G - 1: x(t + K + r0 + m) is xw[K + 3 + m] for m < 0 */
-                float2 a[G * L], d[G * L];
+                float2 av[G * L], dsilu[G * L];
 #pragma unroll
                 for (int r = 0; r < G; r++) {
 #pragma unroll
@@ -931,17 +931,17 @@ struct BackwardSiluOp {
                             const int m = r - 3 + j;
                             xa[j] = m < 0 ? xw[K + 3 + m].p[l] : s.x[r0 + m].p[l];
                         }
-                        a[r * L + l] = conv_pair<V>(w.w[l], xa[0], xa[1], xa[2], xa[3]);
+                        av[r * L + l] = conv_pair<V>(w.w[l], xa[0], xa[1], xa[2], xa[3]);
                     }
                 }
-                silu_grad_pairs<G * L>(a, d);
+                silu_grad_pairs<G * L>(av, dsilu);
 #pragma unroll
                 for (int r = 0; r < G; r++, dx += kDx ? T.channels : 0) {
                     float2 g[L];
 #pragma unroll
                     for (int l = 0; l < L; l++)
-                        g[l] = make_float2(__fmul_rn(bf16_lo(s.d[r0 + r].p[l]), d[r * L + l].x),
-                                           __fmul_rn(bf16_hi(s.d[r0 + r].p[l]), d[r * L + l].y));
+                        g[l] = make_float2(__fmul_rn(bf16_lo(s.d[r0 + r].p[l]), dsilu[r * L + l].x),
+                                           __fmul_rn(bf16_hi(s.d[r0 + r].p[l]), dsilu[r * L + l].y));
                     row_g(dx, s.x[r0 + r], g);
                 }
             }
