@@ -509,7 +509,8 @@ __device__ __forceinline__ void silu_grad_pairs(const float2 (&a)[N], float2 (&d
             d[n] = make_float2(cake_silu_grad_unscaled(a[n].x), cake_silu_grad_unscaled(a[n].y));
     } else {
 #pragma unroll
-        for (int n = 0; n < N; n++) d[n] = make_float2(silu_grad_full(a[n].x), silu_grad_full(a[n].y));
+        for (int n = 0; n < N; n++)
+            d[n] = make_float2(silu_grad_full(a[n].x), silu_grad_full(a[n].y));
     }
 }
 
@@ -867,9 +868,9 @@ struct BackwardSiluOp {
     __device__ __forceinline__ void row(uint16_t *dx_row, const Vec<L> &xn, const Vec<L> &dn,
                                         bool valid) {
         constexpr int K = kLookahead;
-        float2 g[L];
+        float2 g[L]; /* a of row t + K from x(t+K-3) .. x(t+K) = xw[K] .. xw[K+2], xn */
 #pragma unroll
-        for (int l = 0; l < L; l++) /* a of row t + K from x(t+K-3) .. x(t+K) = xw[K] .. xw[K+2], xn */
+        for (int l = 0; l < L; l++)
             g[l] = g_pair(l, dn.p[l], xw[K].p[l], xw[K + 1].p[l], xw[K + 2].p[l], xn.p[l], valid);
         row_g(dx_row, xn, g);
     }
@@ -915,7 +916,8 @@ struct BackwardSiluOp {
         uint16_t *dx = kDx ? T.dx + t * T.channels + c : nullptr;
         if constexpr (G == 1) {
 #pragma unroll
-            for (int r = 0; r < kStepRows; r++, dx += kDx ? T.channels : 0) row(dx, s.x[r], s.d[r], true);
+            for (int r = 0; r < kStepRows; r++, dx += kDx ? T.channels : 0)
+                row(dx, s.x[r], s.d[r], true);
         } else {
 #pragma unroll
             for (int r0 = 0; r0 < kStepRows; r0 += G) {
