@@ -480,26 +480,17 @@ constexpr bool kSiluNanByFull = CAKE_CUDA_SILU_NAN_BY_FULL != 0;
 #endif
 CAKE_SILU_FULL_FN float silu_full(float a) { return cake_silu(a); }
 CAKE_SILU_FULL_FN float silu_grad_full(float a) { return cake_silu_grad(a); }
-/* silu' of a pair by cake_silu_grad_unscaled where both a are within its range (the same bits,
- * about 10 of silu''s 85 instructions fewer, src/activation.h), else by the full sequence, called
- * (|a| > 44 or NaN: rare in activations, so its code stays out of the loop).
+/* silu' of N channel pairs by cake_silu_grad_unscaled where every a is within its range (the
+ * same bits, about 10 of silu''s 85 instructions fewer, src/activation.h), else by the full
+ * sequence, called (|a| > 44 or NaN: rare in activations, so its code stays out of the loop).
+ * One range check for all N pairs, so that their sequences run side by side.
  * CAKE_CUDA_SILU_GRAD_UNSCALED=0: the full sequence always. */
 #ifndef CAKE_CUDA_SILU_GRAD_UNSCALED
 #define CAKE_CUDA_SILU_GRAD_UNSCALED 1
 #endif
-__device__ __forceinline__ float2 silu_grad_pair(float2 a) {
-    if (!CAKE_CUDA_SILU_GRAD_UNSCALED) return make_float2(cake_silu_grad(a.x), cake_silu_grad(a.y));
-    /* two compares, false for a NaN (fmaxf would drop it) */
-    if (fabsf(a.x) <= CAKE_ACT_UNSCALED_MAX && fabsf(a.y) <= CAKE_ACT_UNSCALED_MAX)
-        return make_float2(cake_silu_grad_unscaled(a.x), cake_silu_grad_unscaled(a.y));
-    return make_float2(silu_grad_full(a.x), silu_grad_full(a.y));
-}
-
-/* silu_grad_pair of N pairs (the same bits): one range check for all of them, so that their
- * sequences run side by side; outside the range (rare), silu_grad_full for each. */
 template <int N>
 __device__ __forceinline__ void silu_grad_pairs(const float2 (&a)[N], float2 (&d)[N]) {
-    bool in = CAKE_CUDA_SILU_GRAD_UNSCALED;
+    bool in = CAKE_CUDA_SILU_GRAD_UNSCALED; /* compares, false for a NaN (fmaxf would drop it) */
 #pragma unroll
     for (int n = 0; n < N; n++)
         in = in && fabsf(a[n].x) <= CAKE_ACT_UNSCALED_MAX && fabsf(a[n].y) <= CAKE_ACT_UNSCALED_MAX;
@@ -512,6 +503,13 @@ __device__ __forceinline__ void silu_grad_pairs(const float2 (&a)[N], float2 (&d
         for (int n = 0; n < N; n++)
             d[n] = make_float2(silu_grad_full(a[n].x), silu_grad_full(a[n].y));
     }
+}
+/* silu_grad_pairs of one pair */
+__device__ __forceinline__ float2 silu_grad_pair(float2 a) {
+    const float2 in[1] = {a};
+    float2 d[1];
+    silu_grad_pairs<1>(in, d);
+    return d[0];
 }
 
 /* f, through an instruction the compiler cannot see into: a value it must compute again from. */
